@@ -4,6 +4,7 @@
 // Usage:
 //
 //	acpserver [flags]          serve on --listen (default 127.0.0.1:8765)
+//	acpserver stdio [flags]    serve one ACP connection on stdin/stdout
 //
 // Every flag has an environment equivalent: --read-limit is
 // ACPSERVER_READ_LIMIT. A flag given on the command line wins.
@@ -37,6 +38,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		switch args[0] {
 		case "serve":
 			args = args[1:]
+		case "stdio":
+			return runStdio(ctx, args[1:], stdin, stdout, stderr)
 		default:
 			fmt.Fprintf(stderr, "acpserver: unknown command %q (try: acpserver --help)\n", args[0])
 			return 2
