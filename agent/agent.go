@@ -5,6 +5,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"sync"
 
 	"github.com/acpserver/acpserver/acp"
 )
@@ -44,6 +45,36 @@ type Turn struct {
 	Update func(update any) error
 	// RequestPermission asks the client about a tool call.
 	RequestPermission func(ctx context.Context, req acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error)
+	// State is the session runtime's memory for the agent (tools the user
+	// allowed "always"). The runtime creates one when it starts and drops
+	// it when it ends, so nothing outlives the runtime. Nil means nothing
+	// is remembered beyond the turn.
+	State *SessionState
+}
+
+// SessionState is agent memory scoped to one session runtime. Safe for
+// concurrent use; the zero value is ready.
+type SessionState struct {
+	mu      sync.Mutex
+	allowed map[string]bool
+}
+
+// Allow remembers that tool may run without asking for the rest of the
+// runtime.
+func (s *SessionState) Allow(tool string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.allowed == nil {
+		s.allowed = make(map[string]bool)
+	}
+	s.allowed[tool] = true
+}
+
+// Allowed reports whether Allow(tool) was called.
+func (s *SessionState) Allowed(tool string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.allowed[tool]
 }
 
 // Agent runs turns. Prompt returns StopCancelled once ctx is cancelled and
