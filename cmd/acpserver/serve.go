@@ -35,6 +35,7 @@ type serveConfig struct {
 	endTimeout       time.Duration
 	maxInFlight      int
 	allowedOrigins   stringList
+	mcp              mcpFlags
 }
 
 // stringList is a repeatable, comma-separated flag.
@@ -66,6 +67,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.DurationVar(&c.endTimeout, "end-timeout", 5*time.Second, "how long ending a session waits for its running prompt")
 	fs.IntVar(&c.maxInFlight, "max-inflight", 64, "requests in flight per connection; past it requests are refused")
 	fs.Var(&c.allowedOrigins, "allowed-origins", "comma-separated Origin host patterns allowed to connect (default: loopback only; no Origin header is always allowed)")
+	registerMCPFlags(fs, &c.mcp)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -73,6 +75,9 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	if err := bindEnv(fs); err != nil {
+		return nil, err
+	}
+	if err := c.mcp.validate(); err != nil {
 		return nil, err
 	}
 	if c.logFormat != "text" && c.logFormat != "json" {
@@ -101,7 +106,13 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 // serve runs the server until ctx ends, then shuts down within the
 // configured deadline.
 func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
+	pool, mcpOpts, err := startMCP(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer pool.Close() // after every session has ended
 	mgr := sessionmgr.New(sessionmgr.Options{
+		MCP:          mcpOpts,
 		Logger:       log,
 		EndTimeout:   cfg.endTimeout,
 		AgentVersion: version,
