@@ -225,7 +225,11 @@ func (c *Conn) readLoop(h Handler) {
 				if id == nil {
 					id = nullID
 				}
-				c.sendResponse(id, nil, Errorf(CodeInvalidRequest, "invalid request: the first message must be a %q request", c.opts.FirstMethod))
+				e := d.err // a malformed first message gets its own error
+				if e == nil {
+					e = Errorf(CodeInvalidRequest, "invalid request: the first message must be a %q request", c.opts.FirstMethod)
+				}
+				c.sendResponse(id, nil, e)
 				c.flushAndClose(ErrHandshake)
 				return
 			}

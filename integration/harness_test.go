@@ -501,3 +501,18 @@ func (c *client) expectClose(within time.Duration) (websocket.StatusCode, []mess
 		got = append(got, m)
 	}
 }
+
+// countReason counts "session ended" log lines with the given reason.
+func countReason(logs, reason string) int {
+	n := 0
+	for _, line := range strings.Split(logs, "\n") {
+		var rec struct {
+			Msg    string `json:"msg"`
+			Reason string `json:"reason"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "session ended" && rec.Reason == reason {
+			n++
+		}
+	}
+	return n
+}
