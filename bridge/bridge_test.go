@@ -67,9 +67,16 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 type proxy struct {
 	ln     net.Listener
 	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-	wg     sync.WaitGroup
+	mu       sync.Mutex
+	conns    []net.Conn
+	accepted int
+	wg       sync.WaitGroup
+}
+
+func (p *proxy) accepts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
 }
 
 func startProxy(t *testing.T, target string) *proxy {
@@ -96,6 +103,7 @@ func (p *proxy) accept() {
 			continue
 		}
 		p.mu.Lock()
+		p.accepted++
 		p.conns = append(p.conns, c, up)
 		p.mu.Unlock()
 		p.wg.Go(func() { io.Copy(up, c); up.Close() })
@@ -292,7 +300,7 @@ func TestBridgeSurvivesLinkLoss(t *testing.T) {
 	p.cut()
 	waitFor(t, "reconnected with no sessions", func() bool {
 		sn := s.mgr.Snapshot()
-		return sn.Connections == 1 && sn.Sessions == 0
+		return p.accepts() == 3 && sn.Connections == 1 && sn.Sessions == 0
 	})
 	resp, _ = c.call("session/list", map[string]any{})
 	if resp.Error != nil {
