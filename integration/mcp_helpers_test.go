@@ -359,3 +359,10 @@ func toolOutcome(updates []message) (status, text string) {
 	}
 	return status, text
 }
+
+func addTool(u *upstream, name string) {
+	u.mcp.AddTool(mcp.NewTool(name, mcp.WithDescription("added later")),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText(name), nil
+		})
+}

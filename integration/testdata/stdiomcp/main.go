@@ -25,7 +25,7 @@ import (
 
 func main() {
 	if msg := os.Getenv("STDIOMCP_FAIL"); msg != "" {
-		fmt.Fprintln(os.Stderr, msg)
+		fmt.Fprintln(os.Stderr, "stdiomcp: failing on purpose:", msg)
 		os.Exit(1)
 	}
 	if os.Getenv("STDIOMCP_IGNORE_TERM") == "1" {
