@@ -65,8 +65,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // proxy is a loopback TCP proxy whose connections the test can cut, like a
 // network link that drops.
 type proxy struct {
-	ln     net.Listener
-	target string
+	ln       net.Listener
+	target   string
 	mu       sync.Mutex
 	conns    []net.Conn
 	accepted int
