@@ -351,8 +351,9 @@ func (r *openaiRun) stream(ctx context.Context) (*streamResult, error) {
 // llama.cpp) or reasoning (Ollama, OpenRouter).
 func reasoningDelta(d openai.ChatCompletionChunkChoiceDelta) string {
 	for _, key := range []string{"reasoning_content", "reasoning"} {
+		// The SDK keeps unknown fields raw (and never Valid).
 		f, ok := d.JSON.ExtraFields[key]
-		if !ok || !f.Valid() {
+		if !ok {
 			continue
 		}
 		var s string
