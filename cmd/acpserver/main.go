@@ -5,6 +5,8 @@
 //
 //	acpserver [flags]          serve on --listen (default 127.0.0.1:8765)
 //	acpserver stdio [flags]    serve one ACP connection on stdin/stdout
+//	acpserver bridge [flags] URL
+//	                           relay an IDE's stdio to a remote server (ws:// or wss://)
 //
 // Every flag has an environment equivalent: --read-limit is
 // ACPSERVER_READ_LIMIT. A flag given on the command line wins.
@@ -40,6 +42,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			args = args[1:]
 		case "stdio":
 			return runStdio(ctx, args[1:], stdin, stdout, stderr)
+		case "bridge":
+			return runBridge(ctx, args[1:], stdin, stdout, stderr)
 		default:
 			fmt.Fprintf(stderr, "acpserver: unknown command %q (try: acpserver --help)\n", args[0])
 			return 2
