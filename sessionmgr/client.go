@@ -27,7 +27,15 @@ type Client struct {
 
 	// Guarded by m.mu.
 	sessions map[string]*runtime
+	evicted  map[string]evictedParams // runtimes ended idle, rebuilt on the next prompt
 	closed   bool
+}
+
+// evictedParams are what a connection last gave for a session whose
+// runtime was evicted for idleness.
+type evictedParams struct {
+	cwd     string
+	servers []acp.McpServer
 }
 
 // ErrShuttingDown refuses a connection while the manager shuts down.
@@ -41,7 +49,7 @@ func (m *Manager) Connect(connID string, peer Peer) (*Client, error) {
 	if m.closing {
 		return nil, ErrShuttingDown
 	}
-	c := &Client{m: m, id: connID, peer: peer, sessions: make(map[string]*runtime)}
+	c := &Client{m: m, id: connID, peer: peer, sessions: make(map[string]*runtime), evicted: make(map[string]evictedParams)}
 	m.clients[connID] = c
 	return c, nil
 }
@@ -57,6 +65,9 @@ func (c *Client) Disconnect() {
 		rts = append(rts, rt)
 	}
 	delete(m.clients, c.id)
+	for id := range c.evicted {
+		m.clearEvicted(id)
+	}
 	m.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, rt := range rts {
@@ -213,9 +224,57 @@ func (c *Client) lookup(id string) (*runtime, error) {
 	rt := c.sessions[id]
 	c.m.mu.Unlock()
 	if rt == nil {
-		return nil, &acp.Error{Code: acp.CodeNotFound, Message: fmt.Sprintf("session %q is not active on this connection; call session/load or session/resume first", truncate(id, 64))}
+		return nil, errNotActive(id)
 	}
+	rt.mu.Lock()
+	rt.lastUsed = time.Now() // any request for the session is activity
+	rt.mu.Unlock()
 	return rt, nil
+}
+
+func errNotActive(id string) error {
+	return &acp.Error{Code: acp.CodeNotFound, Message: fmt.Sprintf("session %q is not active on this connection; call session/load or session/resume first", truncate(id, 64))}
+}
+
+// lookupOrRebuild is lookup for session/prompt: a runtime evicted for
+// idleness (or being evicted right now) is rebuilt transparently from the
+// parameters this connection last gave for it.
+func (c *Client) lookupOrRebuild(ctx context.Context, id string) (*runtime, error) {
+	for range 3 {
+		rt, err := c.lookup(id)
+		if err == nil {
+			rt.mu.Lock()
+			closing := rt.closing
+			rt.mu.Unlock()
+			if !closing {
+				return rt, nil
+			}
+			select { // being ended: see why once it has
+			case <-rt.ended:
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+			continue
+		}
+		c.m.mu.Lock()
+		p, ok := c.evicted[id]
+		c.m.clearEvicted(id)
+		c.m.mu.Unlock()
+		if !ok {
+			return nil, err
+		}
+		if _, err := c.m.opts.Store.Get(ctx, id); err != nil {
+			return nil, unknownSession(id, err)
+		}
+		rt, fails, err := c.m.attach(ctx, c, id, p.cwd, p.servers)
+		if err != nil {
+			return nil, err
+		}
+		c.reportFailures(rt, fails)
+		c.m.log.Info("session rebuilt after idle eviction", "session_id", id, "connection_id", c.id)
+		return rt, nil
+	}
+	return nil, errNotActive(id)
 }
 
 func (c *Client) prompt(ctx context.Context, req *acp.Request) (any, error) {
@@ -226,7 +285,7 @@ func (c *Client) prompt(ctx context.Context, req *acp.Request) (any, error) {
 	if p.Prompt == nil {
 		return nil, acp.Errorf(acp.CodeInvalidParams, "invalid params: prompt is required")
 	}
-	rt, err := c.lookup(p.SessionID)
+	rt, err := c.lookupOrRebuild(ctx, p.SessionID)
 	if err != nil {
 		return nil, err
 	}
@@ -361,6 +420,15 @@ func (c *Client) closeSession(req *acp.Request) (any, error) {
 	}
 	rt, err := c.lookup(p.SessionID)
 	if err != nil {
+		c.m.mu.Lock()
+		_, evicted := c.evicted[p.SessionID]
+		if evicted {
+			c.m.clearEvicted(p.SessionID)
+		}
+		c.m.mu.Unlock()
+		if evicted {
+			return struct{}{}, nil // its runtime already ended idle
+		}
 		return nil, err
 	}
 	c.m.end(rt, ReasonClosed)
@@ -379,6 +447,9 @@ func (c *Client) deleteSession(ctx context.Context, req *acp.Request) (any, erro
 		return nil, unknownSession(p.SessionID, err)
 	}
 	c.m.EndSession(p.SessionID, ReasonDeleted)
+	c.m.mu.Lock()
+	c.m.clearEvicted(p.SessionID)
+	c.m.mu.Unlock()
 	if err := c.m.opts.Store.Delete(ctx, p.SessionID); err != nil {
 		return nil, unknownSession(p.SessionID, err)
 	}

@@ -55,6 +55,14 @@ type Options struct {
 	MCP mcpctx.Options
 	// AgentInfo is reported by initialize.
 	AgentName, AgentVersion string
+
+	// IdleTTL ends a runtime nobody has used for this long (reason idle);
+	// its record and history stay. 0 disables eviction.
+	IdleTTL time.Duration
+	// MaxSessions bounds live runtimes in total, MaxSessionsPerConn per
+	// connection; past either, session/new, load and resume are refused
+	// with a server error. 0 means no limit.
+	MaxSessions, MaxSessionsPerConn int
 }
 
 // Manager is the lifecycle owner. Create with New; end with Shutdown.
@@ -65,7 +73,10 @@ type Manager struct {
 	mu       sync.Mutex
 	runtimes map[string]*runtime // live runtimes by session id
 	clients  map[string]*Client  // connections by id
-	closing  bool                // Shutdown started: no new connections or runtimes
+	// evictedBy maps a session whose runtime ended idle to the connection
+	// that may rebuild it (see Client.evicted).
+	evictedBy map[string]*Client
+	closing   bool // Shutdown started: no new connections or runtimes
 
 	shutdownWG sync.WaitGroup
 
@@ -92,11 +103,12 @@ func New(opts Options) *Manager {
 		opts.AgentName = "acpserver"
 	}
 	m := &Manager{
-		opts:     opts,
-		log:      opts.Logger,
-		runtimes: make(map[string]*runtime),
-		clients:  make(map[string]*Client),
-		ended:    make(map[Reason]*atomic.Int64),
+		opts:      opts,
+		log:       opts.Logger,
+		runtimes:  make(map[string]*runtime),
+		clients:   make(map[string]*Client),
+		evictedBy: make(map[string]*Client),
+		ended:     make(map[Reason]*atomic.Int64),
 	}
 	m.opts.MCP.Counters = &m.mcpCounters
 	if m.opts.MCP.Logger == nil {
@@ -173,18 +185,24 @@ func (m *Manager) EndSession(id string, reason Reason) {
 	}
 }
 
-// end runs the six steps of the design for rt.
+// end runs the six steps of the design for rt. A caller that loses the
+// race to claim rt waits until the winner has finished.
 func (m *Manager) end(rt *runtime, reason Reason) {
-	// 1. Mark closing; only the first caller proceeds, the rest wait.
 	rt.mu.Lock()
 	if rt.closing {
 		rt.mu.Unlock()
 		<-rt.ended
 		return
 	}
-	rt.closing = true
+	rt.closing = true // 1. refuse new work; nothing can re-attach
 	p := rt.prompt
 	rt.mu.Unlock()
+	m.finish(rt, reason, p)
+}
+
+// finish runs steps 2 to 6 for a runtime its caller has claimed (set
+// closing under rt.mu), with the prompt that was running at the claim.
+func (m *Manager) finish(rt *runtime, reason Reason, p *promptRun) {
 	start := time.Now()
 
 	// 2. Cancel the running prompt (its tool calls run under its context)
@@ -207,13 +225,17 @@ func (m *Manager) end(rt *runtime, reason Reason) {
 		rt.mcp.Close(context.Background())
 	}
 
-	// 5. Leave every index.
+	// 5. Leave every index. An idle runtime leaves its parameters with the
+	// connection so the next prompt there can rebuild it.
 	m.mu.Lock()
 	if m.runtimes[rt.id] == rt {
 		delete(m.runtimes, rt.id)
 	}
 	if rt.client.sessions[rt.id] == rt {
 		delete(rt.client.sessions, rt.id)
+		if reason == ReasonIdle && !rt.client.closed {
+			m.setEvicted(rt.client, rt.id, evictedParams{cwd: rt.cwd, servers: rt.servers})
+		}
 	}
 	m.mu.Unlock()
 
@@ -222,6 +244,72 @@ func (m *Manager) end(rt *runtime, reason Reason) {
 	m.log.Info("session ended", "session_id", rt.id, "connection_id", rt.client.id,
 		"reason", string(reason), "took", time.Since(start).Round(time.Microsecond))
 	close(rt.ended)
+}
+
+// setEvicted lets c rebuild id on its next prompt. m.mu is held.
+func (m *Manager) setEvicted(c *Client, id string, p evictedParams) {
+	m.clearEvicted(id)
+	c.evicted[id] = p
+	m.evictedBy[id] = c
+}
+
+// clearEvicted forgets id's rebuild rights, wherever they are: a load,
+// resume or delete from anywhere supersedes them. m.mu is held.
+func (m *Manager) clearEvicted(id string) {
+	if o := m.evictedBy[id]; o != nil {
+		delete(o.evicted, id)
+		delete(m.evictedBy, id)
+	}
+}
+
+// Sweep ends, with reason idle, every runtime unused since now-IdleTTL
+// that has no prompt (and so no tool call) running. It returns how many it
+// ended. The sweeper calls it on a timer; tests call it with any now.
+func (m *Manager) Sweep(now time.Time) int {
+	if m.opts.IdleTTL <= 0 {
+		return 0
+	}
+	m.mu.Lock()
+	rts := make([]*runtime, 0, len(m.runtimes))
+	for _, rt := range m.runtimes {
+		rts = append(rts, rt)
+	}
+	m.mu.Unlock()
+	n := 0
+	for _, rt := range rts {
+		rt.mu.Lock()
+		idle := !rt.closing && rt.prompt == nil && now.Sub(rt.lastUsed) >= m.opts.IdleTTL
+		if idle {
+			rt.closing = true // claimed atomically with the idle check
+		}
+		rt.mu.Unlock()
+		if idle {
+			m.finish(rt, ReasonIdle, nil)
+			n++
+		}
+	}
+	return n
+}
+
+// RunSweeper calls Sweep every TTL/4 (at least every second) until ctx
+// ends. The caller owns the goroutine that runs it.
+func (m *Manager) RunSweeper(ctx context.Context) {
+	if m.opts.IdleTTL <= 0 {
+		return
+	}
+	every := max(m.opts.IdleTTL/4, time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if n := m.Sweep(now); n > 0 {
+				m.log.Debug("idle sweep", "ended", n)
+			}
+		}
+	}
 }
 
 // attach builds a fresh runtime for a session on client and registers it,
@@ -248,6 +336,12 @@ func (m *Manager) attach(ctx context.Context, c *Client, id, cwd string, servers
 		}
 		old := m.runtimes[id]
 		if old == nil {
+			if err := m.checkLimits(c); err != nil {
+				m.mu.Unlock()
+				mcpSess.Close(context.Background())
+				return nil, nil, err
+			}
+			m.clearEvicted(id)
 			m.runtimes[id] = rt
 			c.sessions[id] = rt
 			m.mu.Unlock()
@@ -259,13 +353,25 @@ func (m *Manager) attach(ctx context.Context, c *Client, id, cwd string, servers
 	}
 }
 
+// checkLimits refuses a new runtime past the configured limits. m.mu is
+// held.
+func (m *Manager) checkLimits(c *Client) error {
+	if n := m.opts.MaxSessions; n > 0 && len(m.runtimes) >= n {
+		return acp.Errorf(acp.CodeServerError, "session limit reached: %d live sessions on this server; close one and retry", n)
+	}
+	if n := m.opts.MaxSessionsPerConn; n > 0 && len(c.sessions) >= n {
+		return acp.Errorf(acp.CodeServerError, "session limit reached: %d live sessions on this connection; close one and retry", n)
+	}
+	return nil
+}
+
 func (m *Manager) checkOpen(c *Client) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closing || c.closed {
 		return errClosing(c)
 	}
-	return nil
+	return m.checkLimits(c)
 }
 
 func errClosing(c *Client) error {
