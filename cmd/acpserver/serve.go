@@ -36,6 +36,7 @@ type serveConfig struct {
 	maxInFlight      int
 	allowedOrigins   stringList
 	mcp              mcpFlags
+	agent            agentFlags
 }
 
 // stringList is a repeatable, comma-separated flag.
@@ -68,6 +69,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.IntVar(&c.maxInFlight, "max-inflight", 64, "requests in flight per connection; past it requests are refused")
 	fs.Var(&c.allowedOrigins, "allowed-origins", "comma-separated Origin host patterns allowed to connect (default: loopback only; no Origin header is always allowed)")
 	registerMCPFlags(fs, &c.mcp)
+	registerAgentFlags(fs, &c.agent)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -78,6 +80,9 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 		return nil, err
 	}
 	if err := c.mcp.validate(); err != nil {
+		return nil, err
+	}
+	if err := c.agent.validate(); err != nil {
 		return nil, err
 	}
 	if c.logFormat != "text" && c.logFormat != "json" {
@@ -111,7 +116,13 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		return err
 	}
 	defer pool.Close() // after every session has ended
+	ag, closeAgent, err := cfg.agent.newAgent(log)
+	if err != nil {
+		return err
+	}
+	defer closeAgent()
 	mgr := sessionmgr.New(sessionmgr.Options{
+		Agent:        ag,
 		MCP:          mcpOpts,
 		Logger:       log,
 		EndTimeout:   cfg.endTimeout,
