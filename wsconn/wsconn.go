@@ -7,12 +7,14 @@ package wsconn
 import (
 	"bufio"
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,6 +68,12 @@ type Options struct {
 	// Requests without an Origin header are always allowed. Default:
 	// loopback origins only.
 	OriginPatterns []string
+	// AuthToken, when set, must arrive as "Authorization: Bearer TOKEN" on
+	// the upgrade; otherwise the answer is 401. Compared in constant time.
+	AuthToken []byte
+	// MaxConnections bounds open connections; past it the upgrade gets 503
+	// with Retry-After. 0 means no limit.
+	MaxConnections int
 }
 
 // DefaultOriginPatterns allows only loopback browser origins.
@@ -78,6 +86,7 @@ type Handler struct {
 
 	mu       sync.Mutex
 	conns    map[*acp.Conn]struct{}
+	serving  int // connections between admission and return, upgrades included
 	shutdown bool
 	wg       sync.WaitGroup // one per served connection
 }
@@ -116,6 +125,12 @@ var (
 )
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.authorized(r) {
+		h.log.Warn("upgrade refused: missing or wrong bearer token", "remote", r.RemoteAddr)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="acpserver"`)
+		http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+		return
+	}
 	h.mu.Lock()
 	if h.shutdown {
 		h.mu.Unlock()
@@ -123,9 +138,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "server is shutting down", http.StatusServiceUnavailable)
 		return
 	}
+	if h.opts.MaxConnections > 0 && h.serving >= h.opts.MaxConnections {
+		h.mu.Unlock()
+		h.log.Warn("upgrade refused: connection limit reached", "remote", r.RemoteAddr, "limit", h.opts.MaxConnections)
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "connection limit reached", http.StatusServiceUnavailable)
+		return
+	}
+	h.serving++
 	h.wg.Add(1)
 	h.mu.Unlock()
-	defer h.wg.Done()
+	defer func() {
+		h.mu.Lock()
+		h.serving--
+		h.mu.Unlock()
+		h.wg.Done()
+	}()
 
 	id := uuid.NewString()
 	w.Header().Set(HeaderConnectionID, id)
@@ -183,6 +211,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	err = conn.Serve(context.Background(), handler)
 	log.Info("connection closed", "cause", describe(err))
+}
+
+// authorized checks the bearer token, in constant time, when one is set.
+func (h *Handler) authorized(r *http.Request) bool {
+	if len(h.opts.AuthToken) == 0 {
+		return true
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), h.opts.AuthToken) == 1
 }
 
 func describe(err error) string {

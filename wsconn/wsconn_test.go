@@ -206,3 +206,43 @@ func TestCloseCodes(t *testing.T) {
 		}
 	}
 }
+
+func TestBearerToken(t *testing.T) {
+	hc := &hookCounter{}
+	_, url := newTestServer(t, Options{AuthToken: []byte("s3cret")}, hc)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, hdr := range []http.Header{
+		nil,
+		{"Authorization": {"Bearer wrong"}},
+		{"Authorization": {"Basic czNjcmV0"}},
+		{"Authorization": {"Bearer s3cret-and-more"}},
+	} {
+		_, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: hdr})
+		if err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("header %v: %v %v", hdr, resp, err)
+		}
+	}
+	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer s3cret"}}})
+	if err != nil {
+		t.Fatalf("right token refused: %v", err)
+	}
+	c.CloseNow()
+	if hc.connects.Load() != 1 {
+		t.Fatalf("%d connections reached the session layer", hc.connects.Load())
+	}
+}
+
+func TestMaxConnections(t *testing.T) {
+	hc := &hookCounter{}
+	h, url := newTestServer(t, Options{MaxConnections: 2}, hc)
+	dialT(t, url)
+	dialT(t, url)
+	waitFor(t, "two connections", func() bool { return h.Connections() == 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, resp, err := websocket.Dial(ctx, url, nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("third connection: %v %v", resp, err)
+	}
+}
