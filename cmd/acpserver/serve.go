@@ -37,6 +37,7 @@ type serveConfig struct {
 	allowedOrigins   stringList
 	mcp              mcpFlags
 	agent            agentFlags
+	limits           limitFlags
 }
 
 // stringList is a repeatable, comma-separated flag.
@@ -70,6 +71,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.Var(&c.allowedOrigins, "allowed-origins", "comma-separated Origin host patterns allowed to connect (default: loopback only; no Origin header is always allowed)")
 	registerMCPFlags(fs, &c.mcp)
 	registerAgentFlags(fs, &c.agent)
+	registerLimitFlags(fs, &c.limits)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -83,6 +85,9 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 		return nil, err
 	}
 	if err := c.agent.validate(); err != nil {
+		return nil, err
+	}
+	if err := c.limits.load(); err != nil {
 		return nil, err
 	}
 	if c.logFormat != "text" && c.logFormat != "json" {
@@ -122,11 +127,14 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	}
 	defer closeAgent()
 	mgr := sessionmgr.New(sessionmgr.Options{
-		Agent:        ag,
-		MCP:          mcpOpts,
-		Logger:       log,
-		EndTimeout:   cfg.endTimeout,
-		AgentVersion: version,
+		Agent:              ag,
+		MCP:                mcpOpts,
+		Logger:             log,
+		EndTimeout:         cfg.endTimeout,
+		IdleTTL:            cfg.limits.idleTTL,
+		MaxSessions:        cfg.limits.maxSessions,
+		MaxSessionsPerConn: cfg.limits.maxSessionsPerConn,
+		AgentVersion:       version,
 	})
 	pingInterval := cfg.pingInterval
 	if pingInterval == 0 {
@@ -152,6 +160,8 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		HandshakeTimeout: cfg.handshakeTimeout,
 		MaxInFlight:      cfg.maxInFlight,
 		OriginPatterns:   origins,
+		AuthToken:        cfg.limits.authToken,
+		MaxConnections:   cfg.limits.maxConnections,
 	})
 
 	mux := http.NewServeMux()
@@ -175,9 +185,15 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "version", version)
+	cfg.limits.warnIfExposed(log, ln.Addr())
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	var sweeper sync.WaitGroup
+	sweeper.Go(func() { mgr.RunSweeper(sweepCtx) })
+	stopSweeper := func() { stopSweep(); sweeper.Wait() }
+	defer stopSweeper()
 
 	select {
 	case err := <-serveErr:
@@ -186,6 +202,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	}
 
 	log.Info("shutting down", "deadline", cfg.shutdownTimeout)
+	stopSweeper() // no idle ends while shutdown ends everything
 	start := time.Now()
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 	defer cancel()
