@@ -337,12 +337,16 @@ func (c *Client) prompt(ctx context.Context, req *acp.Request) (any, error) {
 	}
 
 	sendCtx := context.WithoutCancel(ctx)
+	var updateMu sync.Mutex // history order is send order, whoever calls
 	turn := &agent.Turn{
 		SessionID: rt.id,
 		Prompt:    p.Prompt,
 		History:   hist,
 		Tools:     toolset{rt.mcp},
+		State:     rt.agent,
 		Update: func(u any) error {
+			updateMu.Lock()
+			defer updateMu.Unlock()
 			raw, err := json.Marshal(u)
 			if err != nil {
 				return fmt.Errorf("encode update: %w", err)

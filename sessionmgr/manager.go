@@ -155,6 +155,7 @@ type runtime struct {
 	cwd     string
 	servers []acp.McpServer
 	mcp     *mcpctx.Session
+	agent   *agent.SessionState // per-runtime agent memory ("allow always")
 
 	mu       sync.Mutex
 	closing  bool       // step 1 of EndSession: refuse new work
@@ -324,7 +325,7 @@ func (m *Manager) attach(ctx context.Context, c *Client, id, cwd string, servers
 	}
 	mcpSess, fails := mcpctx.Open(ctx, id, toServerConfigs(servers), &m.opts.MCP)
 	rt := &runtime{
-		id: id, client: c, cwd: cwd, servers: servers, mcp: mcpSess,
+		id: id, client: c, cwd: cwd, servers: servers, mcp: mcpSess, agent: &agent.SessionState{},
 		lastUsed: time.Now(), ended: make(chan struct{}),
 	}
 	for {
