@@ -214,3 +214,24 @@ func TestMCPInflightCallCancelledAndJoined(t *testing.T) {
 		up.waitBalanced(t, 5*time.Second)
 	})
 }
+
+// The idle TTL ends a runtime like any other way: DELETE upstream, the
+// stdio tree gone.
+func TestMCPIdleRuntimeReleasesClients(t *testing.T) {
+	up := startUpstream(t, "A")
+	s := startServer(t, "--session-idle-ttl", "1s")
+	marker := randHex()
+	c := dial(t, s)
+	c.initialize()
+	sid := c.newSession("/tmp", httpServerEntry("up", up.url()), stdioServer(t, "local", marker))
+	if st, _ := c.callTool(sid, "up/whoami", "{}"); st != "completed" {
+		t.Fatalf("call: %s", st)
+	}
+	s.waitCounts(t, 20*time.Second, "runtime ended idle", func(sn snapshot) bool {
+		return sn.Ended["idle"] == 1 && sn.Sessions == 0 && sn.MCPClients == 0 && sn.Toolsets == 0
+	})
+	up.waitBalanced(t, 5*time.Second)
+	waitNoProcs(t, marker, 5*time.Second)
+	c.close()
+	s.waitIdle(t, 10*time.Second)
+}
