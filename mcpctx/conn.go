@@ -281,7 +281,15 @@ func (u *upstream) withStderr(err error) error {
 	if u.proc == nil {
 		return err
 	}
-	u.proc.waitExit(50 * time.Millisecond)
+	// A server that failed usually exits at once; give its last words a
+	// moment to reach the drain (EOF once every writer is gone).
+	u.proc.waitExit(200 * time.Millisecond)
+	t := time.NewTimer(200 * time.Millisecond)
+	select {
+	case <-u.proc.drained:
+	case <-t.C:
+	}
+	t.Stop()
 	if line := u.proc.tail.lastLine(); line != "" {
 		return fmt.Errorf("%w (stderr: %s)", err, line)
 	}
