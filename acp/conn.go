@@ -324,11 +324,27 @@ func (c *Conn) startRequest(h Handler, req *Request) {
 				err = Errorf(CodeCancelled, "request cancelled")
 			}
 		}
+		var follow func()
+		if fu, ok := result.(FollowUp); ok {
+			result, follow = fu.Result, fu.Then
+		}
 		c.sendResponse(req.ID, result, toError(err))
 		if panicked {
 			c.flushAndClose(ErrHandlerPanic)
+			return
+		}
+		if follow != nil && err == nil {
+			follow()
 		}
 	}()
+}
+
+// FollowUp lets a handler send messages that must reach the peer after its
+// response (for instance updates about a session the response creates).
+// Then runs in the handler's goroutine once the response is queued.
+type FollowUp struct {
+	Result any
+	Then   func()
 }
 
 var errPeerCancelled = errors.New("cancelled by the peer ($/cancel_request)")

@@ -406,3 +406,20 @@ func TestContentBlockRoundTrip(t *testing.T) {
 		t.Fatalf("round trip changed the block: %s", out)
 	}
 }
+
+func TestFollowUpComesAfterResponse(t *testing.T) {
+	a, b := newPipe()
+	var c *Conn
+	c = NewConn(a, nil)
+	serve(t, c, HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+		return FollowUp{Result: map[string]int{"n": 1}, Then: func() { _ = c.Notify(ctx, "after", map[string]int{}) }}, nil
+	}))
+	peer := rawPeer{t, b}
+	peer.send(`{"jsonrpc":"2.0","id":1,"method":"x","params":{}}`)
+	if m := peer.recv(); m["id"] != float64(1) || m["result"].(map[string]any)["n"] != float64(1) {
+		t.Fatalf("first message %v, want the response", m)
+	}
+	if m := peer.recv(); m["method"] != "after" {
+		t.Fatalf("second message %v, want the follow-up", m)
+	}
+}

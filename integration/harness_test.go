@@ -516,3 +516,17 @@ func countReason(logs, reason string) int {
 	}
 	return n
 }
+
+// followUps returns the notifications the server sent for sid after the
+// last response (such as MCP start failures reported after session/new):
+// it sends a session/list and collects what arrives before its answer.
+func (c *client) followUps(sid string) []message {
+	c.t.Helper()
+	_, before := c.await(c.send("session/list", map[string]any{}))
+	for _, m := range before {
+		if id, _, _ := m.update(); id != sid {
+			c.t.Fatalf("follow-up update for session %q, want %q", id, sid)
+		}
+	}
+	return before
+}

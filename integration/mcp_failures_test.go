@@ -18,7 +18,8 @@ func TestMCPBlackholedUpstream(t *testing.T) {
 	c.initialize()
 	start := time.Now()
 	var r struct{ SessionID string }
-	before := c.mustCall("session/new", map[string]any{"cwd": "/tmp", "mcpServers": []any{httpServerEntry("hole", hole)}}, &r)
+	c.mustCall("session/new", map[string]any{"cwd": "/tmp", "mcpServers": []any{httpServerEntry("hole", hole)}}, &r)
+	before := c.followUps(r.SessionID)
 	if took := time.Since(start); took > 5*time.Second {
 		t.Fatalf("session/new took %s with a 1s start bound", took)
 	}
@@ -76,13 +77,14 @@ func TestMCPStartFailures(t *testing.T) {
 	marker := randHex()
 	secret := "sekrit-" + randHex()
 	var r struct{ SessionID string }
-	before := c.mustCall("session/new", map[string]any{"cwd": "/tmp", "mcpServers": []any{
+	c.mustCall("session/new", map[string]any{"cwd": "/tmp", "mcpServers": []any{
 		stdioServer(t, "crashes", marker, "STDIOMCP_FAIL", "boom: bad config", "API_KEY", secret),
 		map[string]any{"name": "missing", "command": "/nonexistent/mcp-server", "args": []string{}, "env": []any{}},
 		httpServerEntry("refused", "http://127.0.0.1:1/mcp?token="+secret, "Authorization", "Bearer "+secret),
 		httpServerEntry("hole", hole+"?key="+secret, "X-Api-Key", secret),
 		httpServerEntry("up", up.url(), "Authorization", "Bearer "+secret),
 	}}, &r)
+	before := c.followUps(r.SessionID)
 	txt := agentText(before)
 	for _, want := range []string{`"crashes"`, "failing on purpose", `"missing"`, `"refused"`, `"hole"`} {
 		if !strings.Contains(txt, want) {
@@ -139,7 +141,8 @@ func TestMCPStdioPolicy(t *testing.T) {
 			c.initialize()
 			marker := randHex()
 			var r struct{ SessionID string }
-			before := c.mustCall("session/new", map[string]any{"cwd": "/tmp", "mcpServers": []any{stdioServer(t, "local", marker)}}, &r)
+			c.mustCall("session/new", map[string]any{"cwd": "/tmp", "mcpServers": []any{stdioServer(t, "local", marker)}}, &r)
+			before := c.followUps(r.SessionID)
 			txt := agentText(before)
 			if tc.refused == "" {
 				if txt != "" {

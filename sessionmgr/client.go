@@ -150,9 +150,13 @@ func (c *Client) newSession(ctx context.Context, req *acp.Request) (any, error) 
 		_ = c.m.opts.Store.Delete(context.WithoutCancel(ctx), id)
 		return nil, err
 	}
-	c.reportFailures(rt, fails)
 	c.m.log.Info("session started", "session_id", id, "connection_id", c.id, "mcp_servers", len(p.McpServers))
-	return acp.NewSessionResponse{SessionID: id}, nil
+	// Failed servers are reported after the response, once the client
+	// knows the session id.
+	return acp.FollowUp{
+		Result: acp.NewSessionResponse{SessionID: id},
+		Then:   func() { c.reportFailures(rt, fails) },
+	}, nil
 }
 
 func (c *Client) loadSession(ctx context.Context, req *acp.Request, replay bool) (any, error) {

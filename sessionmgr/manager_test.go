@@ -44,6 +44,10 @@ func call(ctx context.Context, c *Client, method string, params any) (json.RawMe
 	if err != nil {
 		return nil, err
 	}
+	if fu, ok := res.(acp.FollowUp); ok {
+		res = fu.Result
+		fu.Then()
+	}
 	out, _ := json.Marshal(res)
 	return out, nil
 }
