@@ -46,8 +46,8 @@ func (f *mcpFlags) validate() error {
 // allowed when the server listens on loopback only (the client is on this
 // host already), or when --allow-stdio-mcp says so; --stdio-mcp-allow
 // narrows either case to a list of commands.
-func (f *mcpFlags) stdioPolicy(listen string) mcpctx.StdioPolicy {
-	p := mcpctx.StdioPolicy{Allow: f.allowStdio || isLoopbackListen(listen), Commands: f.stdioAllow}
+func (f *mcpFlags) stdioPolicy(localClient bool) mcpctx.StdioPolicy {
+	p := mcpctx.StdioPolicy{Allow: f.allowStdio || localClient, Commands: f.stdioAllow}
 	if !p.Allow {
 		p.Refusal = "this server listens beyond loopback; its operator can allow them with --allow-stdio-mcp"
 	}
@@ -132,13 +132,13 @@ func loadConfig(path string) ([]mcpctx.ServerConfig, error) {
 // startMCP loads the config file, starts the global pool and returns the
 // options every session's MCP context gets. A global server that fails to
 // start is logged and left out; a bad config file fails the boot.
-func startMCP(ctx context.Context, cfg *serveConfig, log *slog.Logger) (*mcpctx.Pool, mcpctx.Options, error) {
+func startMCP(ctx context.Context, cfg *serveConfig, log *slog.Logger, localClient bool) (*mcpctx.Pool, mcpctx.Options, error) {
 	f := &cfg.mcp
 	opts := mcpctx.Options{
 		Logger:        log,
 		CloseTimeout:  f.closeTimeout,
 		StartTimeout:  f.startTimeout,
-		Stdio:         f.stdioPolicy(cfg.listen),
+		Stdio:         f.stdioPolicy(localClient),
 		ClientVersion: version,
 	}
 	if !opts.Stdio.Allow {

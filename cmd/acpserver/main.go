@@ -49,7 +49,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return 2
 		}
 	}
-	cfg, err := parseServeFlags(args, stderr)
+	cfg, err := parseServeFlags("acpserver", args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}

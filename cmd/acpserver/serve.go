@@ -53,9 +53,11 @@ func (s *stringList) Set(v string) error {
 	return nil
 }
 
-func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
+// parseServeFlags parses the flags shared by the server and stdio mode
+// (which ignores the WebSocket-only ones); name titles the usage text.
+func parseServeFlags(name string, args []string, stderr io.Writer) (*serveConfig, error) {
 	c := &serveConfig{}
-	fs := flag.NewFlagSet("acpserver", flag.ContinueOnError)
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8765", "address to serve on (host:port)")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text (colored on a terminal) or json")
@@ -116,26 +118,12 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 // serve runs the server until ctx ends, then shuts down within the
 // configured deadline.
 func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
-	pool, mcpOpts, err := startMCP(ctx, cfg, log)
+	core, err := newCore(ctx, cfg, log, isLoopbackListen(cfg.listen))
 	if err != nil {
 		return err
 	}
-	defer pool.Close() // after every session has ended
-	ag, closeAgent, err := cfg.agent.newAgent(log)
-	if err != nil {
-		return err
-	}
-	defer closeAgent()
-	mgr := sessionmgr.New(sessionmgr.Options{
-		Agent:              ag,
-		MCP:                mcpOpts,
-		Logger:             log,
-		EndTimeout:         cfg.endTimeout,
-		IdleTTL:            cfg.limits.idleTTL,
-		MaxSessions:        cfg.limits.maxSessions,
-		MaxSessionsPerConn: cfg.limits.maxSessionsPerConn,
-		AgentVersion:       version,
-	})
+	defer core.close() // after every session has ended
+	mgr := core.mgr
 	pingInterval := cfg.pingInterval
 	if pingInterval == 0 {
 		pingInterval = -1
@@ -189,11 +177,6 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	sweepCtx, stopSweep := context.WithCancel(context.Background())
-	var sweeper sync.WaitGroup
-	sweeper.Go(func() { mgr.RunSweeper(sweepCtx) })
-	stopSweeper := func() { stopSweep(); sweeper.Wait() }
-	defer stopSweeper()
 
 	select {
 	case err := <-serveErr:
@@ -202,7 +185,6 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	}
 
 	log.Info("shutting down", "deadline", cfg.shutdownTimeout)
-	stopSweeper() // no idle ends while shutdown ends everything
 	start := time.Now()
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 	defer cancel()
@@ -211,7 +193,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	// manager and the WebSocket handler end those themselves.
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = srv.Shutdown(sctx) })
-	mgrErr := mgr.Shutdown(sctx)
+	mgrErr := core.shutdown(sctx)
 	wsErr := ws.Shutdown(sctx)
 	wg.Wait()
 	_ = srv.Close()

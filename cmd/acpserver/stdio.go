@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -15,63 +14,10 @@ import (
 	"github.com/acpserver/acpserver/sessionmgr"
 )
 
-type stdioConfig struct {
-	logFormat       string
-	logLevel        slog.Level
-	maxLine         int
-	writeTimeout    time.Duration
-	shutdownTimeout time.Duration
-	endTimeout      time.Duration
-	maxInFlight     int
-}
-
-func parseStdioFlags(args []string, stderr io.Writer) (*stdioConfig, error) {
-	c := &stdioConfig{}
-	fs := flag.NewFlagSet("acpserver stdio", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: acpserver stdio [flags]\n\nServes one ACP connection over stdin/stdout (newline-delimited JSON-RPC).\nLogs go to stderr. Flags:")
-		fs.PrintDefaults()
-	}
-	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json (always on stderr)")
-	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
-	fs.IntVar(&c.maxLine, "read-limit", acp.DefaultMaxLineBytes, "longest accepted stdin line (one message) in bytes; longer ends the connection")
-	fs.DurationVar(&c.writeTimeout, "write-timeout", 10*time.Second, "bound on writing one message to stdout")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "deadline for ending every session at exit")
-	fs.DurationVar(&c.endTimeout, "end-timeout", 5*time.Second, "how long ending a session waits for its running prompt")
-	fs.IntVar(&c.maxInFlight, "max-inflight", 64, "requests in flight; past it requests are refused")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
-	}
-	if err := bindEnv(fs); err != nil {
-		return nil, err
-	}
-	if c.logFormat != "text" && c.logFormat != "json" {
-		return nil, fmt.Errorf("--log-format must be text or json, got %q", c.logFormat)
-	}
-	for name, d := range map[string]time.Duration{
-		"write-timeout": c.writeTimeout, "shutdown-timeout": c.shutdownTimeout, "end-timeout": c.endTimeout,
-	} {
-		if d <= 0 {
-			return nil, fmt.Errorf("--%s (%s) must be positive, got %s", name, envName(name), d)
-		}
-	}
-	if c.maxLine <= 0 {
-		return nil, fmt.Errorf("--read-limit (%s) must be positive", envName("read-limit"))
-	}
-	if c.maxInFlight <= 0 {
-		return nil, fmt.Errorf("--max-inflight (%s) must be positive", envName("max-inflight"))
-	}
-	return c, nil
-}
-
 // runStdio is the stdio subcommand: exit code 0 on a clean end (stdin EOF
 // or a signal), 2 on bad flags, 1 when the connection failed.
 func runStdio(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	cfg, err := parseStdioFlags(args, stderr)
+	cfg, err := parseServeFlags("acpserver stdio", args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -90,15 +36,17 @@ func runStdio(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 // serveStdio serves one ACP connection on stdin/stdout with the same peer
 // and session manager as a WebSocket connection; the connection's runtimes
 // end (reason disconnected) when stdin reaches EOF.
-func serveStdio(ctx context.Context, cfg *stdioConfig, stdin io.Reader, stdout io.Writer, log *slog.Logger) error {
-	mgr := sessionmgr.New(sessionmgr.Options{
-		Logger:       log,
-		EndTimeout:   cfg.endTimeout,
-		AgentVersion: version,
-	})
+func serveStdio(ctx context.Context, cfg *serveConfig, stdin io.Reader, stdout io.Writer, log *slog.Logger) error {
+	// The client is the process that started us, on this host.
+	core, err := newCore(ctx, cfg, log, true)
+	if err != nil {
+		return err
+	}
+	defer core.close()
+	mgr := core.mgr
 	id := uuid.NewString()
 	clog := log.With("connection_id", id)
-	tr := acp.NewStdioTransport(stdin, stdout, &acp.StdioOptions{MaxLineBytes: cfg.maxLine})
+	tr := acp.NewStdioTransport(stdin, stdout, &acp.StdioOptions{MaxLineBytes: int(cfg.readLimit)})
 	conn := acp.NewConn(tr, &acp.Options{
 		Logger:       clog,
 		WriteTimeout: cfg.writeTimeout,
@@ -118,7 +66,7 @@ func serveStdio(ctx context.Context, cfg *stdioConfig, stdin io.Reader, stdout i
 
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 	defer cancel()
-	if err := mgr.Shutdown(sctx); err != nil {
+	if err := core.shutdown(sctx); err != nil {
 		log.Warn("shutdown deadline passed with work still ending", "error", err)
 	}
 	snap := mgr.Snapshot()
