@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -58,5 +59,34 @@ func TestBadValuesNameTheSetting(t *testing.T) {
 				t.Errorf("%v %v: exit %d, output %q", tc.args, tc.env, code, out.String())
 			}
 		})
+	}
+}
+
+func TestModelSectionOfConfigFile(t *testing.T) {
+	path := t.TempDir() + "/cfg.json"
+	cfgText := `{"mcpServers": {}, "model": {"name": "qwen3:8b", "baseURL": "http://127.0.0.1:11434/v1", "timeout": "2m", "maxTokens": 512, "allowTools": ["a/b", "c/d"]}}`
+	if err := os.WriteFile(path, []byte(cfgText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ACPSERVER_MODEL_MAX_TOKENS", "1024")
+	cfg, err := parseServeFlags("acpserver", []string{"--config", path, "--model-timeout", "30s"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := cfg.agent
+	if a.model != "qwen3:8b" || a.baseURL != "http://127.0.0.1:11434/v1" || len(a.allowTools) != 2 {
+		t.Fatalf("config values not applied: %+v", a)
+	}
+	if a.timeout != 30*time.Second {
+		t.Fatalf("the command line must win over the config file: %v", a.timeout)
+	}
+	if a.maxTokens != 1024 {
+		t.Fatalf("the environment must win over the config file: %v", a.maxTokens)
+	}
+	if err := os.WriteFile(path, []byte(`{"model": {"modle": "x"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseServeFlags("acpserver", []string{"--config", path}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "model.modle") {
+		t.Fatalf("unknown key: %v", err)
 	}
 }

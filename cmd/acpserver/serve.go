@@ -83,6 +83,11 @@ func parseServeFlags(name string, args []string, stderr io.Writer) (*serveConfig
 	if err := bindEnv(fs); err != nil {
 		return nil, err
 	}
+	if c.mcp.configPath != "" {
+		if err := applyModelConfig(fs, c.mcp.configPath); err != nil {
+			return nil, err
+		}
+	}
 	if err := c.mcp.validate(); err != nil {
 		return nil, err
 	}
