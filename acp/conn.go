@@ -292,7 +292,7 @@ func (c *Conn) startRequest(h Handler, req *Request) {
 		close(c.initCh)
 	}
 	if int(c.inflight.Load()) >= c.opts.MaxInFlight {
-		c.sendResponse(req.ID, nil, Errorf(CodeServerError, "too many requests in flight on this connection (limit %d)", c.opts.MaxInFlight))
+		c.sendResponse(req.ID, nil, Errorf(CodeRetryLater, "too many requests in flight on this connection (limit %d)", c.opts.MaxInFlight))
 		return
 	}
 	key := string(req.ID)

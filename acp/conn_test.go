@@ -359,7 +359,7 @@ func TestMaxInFlight(t *testing.T) {
 	for {
 		peer.send(`{"jsonrpc":"2.0","id":2,"method":"echo","params":{}}`)
 		m := peer.recv()
-		if errCode(m) == CodeServerError {
+		if errCode(m) == CodeRetryLater {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -20,8 +20,17 @@ const (
 	CodeInvalidParams  = -32602
 	CodeInternalError  = -32603
 	CodeCancelled      = -32800
-	CodeServerError    = -32000
-	CodeNotFound       = -32002
+	CodeAuthRequired   = -32000 // ACP: authentication required
+	CodeNotFound       = -32002 // ACP: resource (session) not found
+
+	// Implementation-defined codes, outside those ACP reserves. ACP clients
+	// treat -32000 as "start authentication", so it is never used for these.
+
+	// CodeRetryLater: a limit is reached or the server is shutting down;
+	// the same request may succeed later.
+	CodeRetryLater = -32010
+	// CodeBusy: the session already runs a prompt.
+	CodeBusy = -32011
 )
 
 // Error is a JSON-RPC error object. Two Errors match under errors.Is when

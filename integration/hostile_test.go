@@ -137,7 +137,7 @@ func TestSessionFlood(t *testing.T) {
 			t.Fatalf("after %d answers: %v", ok+refused, err)
 		case resp.Error == nil:
 			ok++
-		case resp.Error.Code == acp.CodeServerError && strings.Contains(resp.Error.Message, "limit"):
+		case resp.Error.Code == acp.CodeRetryLater && strings.Contains(resp.Error.Message, "limit"):
 			refused++
 		default:
 			t.Fatalf("unexpected answer %+v", resp.Error)

@@ -49,7 +49,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("inflight_prompts %d while a prompt runs", sn.InflightPrompts)
 	}
 	// A second prompt on the same session is refused, not queued.
-	if e, _ := c.call("session/prompt", textPrompt(sid, "again"), nil); e == nil || e.Code != acp.CodeServerError {
+	if e, _ := c.call("session/prompt", textPrompt(sid, "again"), nil); e == nil || e.Code != acp.CodeBusy {
 		t.Fatalf("second concurrent prompt: want a server error, got %v", e)
 	}
 	c.notify("session/cancel", map[string]any{"sessionId": sid})

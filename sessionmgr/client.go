@@ -181,14 +181,10 @@ func (c *Client) loadSession(ctx context.Context, req *acp.Request, replay bool)
 		return nil, err
 	}
 	if replay {
-		hist, err := c.m.opts.Store.History(ctx, p.SessionID)
-		if err != nil {
-			return nil, unknownSession(p.SessionID, err)
-		}
-		for _, e := range hist {
-			if err := c.peer.Notify(ctx, acp.MethodSessionUpdate, acp.SessionNotification{SessionID: p.SessionID, Update: e}); err != nil {
-				return nil, err
-			}
+		if err := c.replay(ctx, p.SessionID); err != nil {
+			// The client is told the load failed: no runtime may stay.
+			c.m.end(rt, ReasonClosed)
+			return nil, err
 		}
 	}
 	c.reportFailures(rt, fails)
@@ -198,6 +194,21 @@ func (c *Client) loadSession(ctx context.Context, req *acp.Request, replay bool)
 	}
 	c.m.log.Info("session "+verb, "session_id", p.SessionID, "connection_id", c.id, "mcp_servers", len(p.McpServers))
 	return struct{}{}, nil
+}
+
+// replay sends the session's history, in order, as session/update
+// notifications.
+func (c *Client) replay(ctx context.Context, id string) error {
+	hist, err := c.m.opts.Store.History(ctx, id)
+	if err != nil {
+		return unknownSession(id, err)
+	}
+	for _, e := range hist {
+		if err := c.peer.Notify(ctx, acp.MethodSessionUpdate, acp.SessionNotification{SessionID: id, Update: e}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // reportFailures tells the client which MCP servers could not start, as an
@@ -305,7 +316,7 @@ func (c *Client) prompt(ctx context.Context, req *acp.Request) (any, error) {
 		return nil, &acp.Error{Code: acp.CodeNotFound, Message: fmt.Sprintf("session %q has ended", truncate(rt.id, 64))}
 	case rt.prompt != nil:
 		rt.mu.Unlock()
-		return nil, acp.Errorf(acp.CodeServerError, "a prompt is already running for session %q; cancel it or wait for its response", truncate(rt.id, 64))
+		return nil, acp.Errorf(acp.CodeBusy, "a prompt is already running for session %q; cancel it or wait for its response", truncate(rt.id, 64))
 	}
 	rt.prompt = run
 	rt.lastUsed = time.Now()
@@ -454,13 +465,15 @@ func (c *Client) deleteSession(ctx context.Context, req *acp.Request) (any, erro
 	if _, err := c.m.opts.Store.Get(ctx, p.SessionID); err != nil {
 		return nil, unknownSession(p.SessionID, err)
 	}
+	// Record first: a load or rebuild that has not checked it yet fails,
+	// and one that has re-checks it after attaching (see attach).
+	if err := c.m.opts.Store.Delete(ctx, p.SessionID); err != nil {
+		return nil, unknownSession(p.SessionID, err)
+	}
 	c.m.EndSession(p.SessionID, ReasonDeleted)
 	c.m.mu.Lock()
 	c.m.clearEvicted(p.SessionID)
 	c.m.mu.Unlock()
-	if err := c.m.opts.Store.Delete(ctx, p.SessionID); err != nil {
-		return nil, unknownSession(p.SessionID, err)
-	}
 	c.m.log.Info("session deleted", "session_id", p.SessionID, "connection_id", c.id)
 	return struct{}{}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/acpserver/acpserver/acp"
@@ -132,12 +133,15 @@ func TestEvictionRaces(t *testing.T) {
 		if s.Sessions != 0 || s.InflightPrompts != 0 {
 			t.Fatalf("round %d: left behind %+v", i, s)
 		}
-		// Runtimes: the first, one per successful load/resume, and one per
-		// transparent rebuild by the prompt (counted via ends).
-		if total := totalEnded(s); total < int64(created+ok) {
-			t.Fatalf("round %d: %d ends for at least %d runtimes", i, total, created+ok)
+		// Every runtime ever registered (the first, each successful load
+		// or resume, each transparent rebuild) ended exactly once.
+		m.mu.Lock()
+		attached := m.attached
+		m.mu.Unlock()
+		if total := totalEnded(s); total != attached || attached < int64(created+ok) {
+			t.Fatalf("round %d: %d runtimes attached, %d ends counted", i, attached, total)
 		}
-		created = int(totalEnded(s))
+		created = int(attached)
 	}
 }
 
@@ -152,13 +156,13 @@ func TestSessionLimits(t *testing.T) {
 		_, err := call(context.Background(), c, acp.MethodSessionNew, map[string]any{"cwd": "/w", "mcpServers": []any{}})
 		return err
 	}
-	if err := newSess(c1); !errors.Is(err, &acp.Error{Code: acp.CodeServerError}) {
+	if err := newSess(c1); !errors.Is(err, &acp.Error{Code: acp.CodeRetryLater}) {
 		t.Fatalf("per-connection limit: %v", err)
 	}
 	if err := newSess(c2); err != nil {
 		t.Fatal(err)
 	}
-	if err := newSess(c2); !errors.Is(err, &acp.Error{Code: acp.CodeServerError}) {
+	if err := newSess(c2); !errors.Is(err, &acp.Error{Code: acp.CodeRetryLater}) {
 		t.Fatalf("total limit: %v", err)
 	}
 	if s := m.Snapshot(); s.Sessions != 3 {
@@ -166,21 +170,33 @@ func TestSessionLimits(t *testing.T) {
 	}
 }
 
+// TestSweeperRunsOnTimer drives the real sweeper under synctest's fake
+// clock: a 40s TTL sweeps every 10s, so an unused runtime is gone between
+// 40s and 50s, and one in use is not.
 func TestSweeperRunsOnTimer(t *testing.T) {
-	m := New(Options{IdleTTL: time.Millisecond})
-	c := connect(t, m, "c")
-	defer c.Disconnect()
-	mustNew(t, c)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { m.RunSweeper(ctx) })
-	deadline := time.Now().Add(5 * time.Second)
-	for m.Snapshot().Ended[ReasonIdle] != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("sweeper never evicted")
+	synctest.Test(t, func(t *testing.T) {
+		m := New(Options{IdleTTL: 40 * time.Second})
+		c := connect(t, m, "c")
+		defer c.Disconnect()
+		idle, busy := mustNew(t, c), mustNew(t, c)
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() { m.RunSweeper(ctx) })
+		for range 5 { // keep busy in use every 10s for 50s
+			time.Sleep(10 * time.Second)
+			if _, err := promptText(context.Background(), c, busy, "still here"); err != nil {
+				t.Fatal(err)
+			}
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	cancel()
-	wg.Wait()
+		synctest.Wait()
+		s := m.Snapshot()
+		if s.Ended[ReasonIdle] != 1 || s.Sessions != 1 {
+			t.Fatalf("after 50s: %+v", s)
+		}
+		if _, err := c.lookup(idle); err == nil {
+			t.Fatal("the unused runtime is still attached")
+		}
+		cancel()
+		wg.Wait()
+	})
 }

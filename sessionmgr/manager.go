@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -79,6 +80,7 @@ type Manager struct {
 	closing   bool // Shutdown started: no new connections or runtimes
 
 	shutdownWG sync.WaitGroup
+	attached   int64 // runtimes ever registered; each must end exactly once
 
 	mcpCounters     mcpctx.Counters
 	inflightPrompts atomic.Int64
@@ -247,9 +249,25 @@ func (m *Manager) finish(rt *runtime, reason Reason, p *promptRun) {
 	close(rt.ended)
 }
 
-// setEvicted lets c rebuild id on its next prompt. m.mu is held.
+// maxEvictedPerConn bounds the rebuild rights one connection keeps when
+// sessions are unlimited.
+const maxEvictedPerConn = 1000
+
+// setEvicted lets c rebuild id on its next prompt. m.mu is held. The rights
+// a connection keeps are bounded like its live sessions; past the bound an
+// arbitrary older right is dropped (that session then needs a load).
 func (m *Manager) setEvicted(c *Client, id string, p evictedParams) {
 	m.clearEvicted(id)
+	limit := m.opts.MaxSessionsPerConn
+	if limit <= 0 {
+		limit = maxEvictedPerConn
+	}
+	for old := range c.evicted {
+		if len(c.evicted) < limit {
+			break
+		}
+		m.clearEvicted(old)
+	}
 	c.evicted[id] = p
 	m.evictedBy[id] = c
 }
@@ -276,6 +294,7 @@ func (m *Manager) Sweep(now time.Time) int {
 		rts = append(rts, rt)
 	}
 	m.mu.Unlock()
+	var wg sync.WaitGroup
 	n := 0
 	for _, rt := range rts {
 		rt.mu.Lock()
@@ -285,10 +304,11 @@ func (m *Manager) Sweep(now time.Time) int {
 		}
 		rt.mu.Unlock()
 		if idle {
-			m.finish(rt, ReasonIdle, nil)
+			wg.Go(func() { m.finish(rt, ReasonIdle, nil) })
 			n++
 		}
 	}
+	wg.Wait() // each end is bounded; in parallel they take as long as one
 	return n
 }
 
@@ -345,7 +365,14 @@ func (m *Manager) attach(ctx context.Context, c *Client, id, cwd string, servers
 			m.clearEvicted(id)
 			m.runtimes[id] = rt
 			c.sessions[id] = rt
+			m.attached++
 			m.mu.Unlock()
+			// A delete that ran since the caller checked the record has
+			// either ended rt already or left no record: re-check.
+			if _, err := m.opts.Store.Get(context.WithoutCancel(ctx), id); errors.Is(err, store.ErrNotFound) {
+				m.end(rt, ReasonDeleted)
+				return nil, nil, &acp.Error{Code: acp.CodeNotFound, Message: fmt.Sprintf("session %q was deleted", truncate(id, 64))}
+			}
 			return rt, fails, nil
 		}
 		m.mu.Unlock()
@@ -358,10 +385,10 @@ func (m *Manager) attach(ctx context.Context, c *Client, id, cwd string, servers
 // held.
 func (m *Manager) checkLimits(c *Client) error {
 	if n := m.opts.MaxSessions; n > 0 && len(m.runtimes) >= n {
-		return acp.Errorf(acp.CodeServerError, "session limit reached: %d live sessions on this server; close one and retry", n)
+		return acp.Errorf(acp.CodeRetryLater, "session limit reached: %d live sessions on this server; close one and retry", n)
 	}
 	if n := m.opts.MaxSessionsPerConn; n > 0 && len(c.sessions) >= n {
-		return acp.Errorf(acp.CodeServerError, "session limit reached: %d live sessions on this connection; close one and retry", n)
+		return acp.Errorf(acp.CodeRetryLater, "session limit reached: %d live sessions on this connection; close one and retry", n)
 	}
 	return nil
 }
@@ -377,9 +404,9 @@ func (m *Manager) checkOpen(c *Client) error {
 
 func errClosing(c *Client) error {
 	if c.closed {
-		return acp.Errorf(acp.CodeServerError, "connection is closing")
+		return acp.Errorf(acp.CodeRetryLater, "connection is closing")
 	}
-	return acp.Errorf(acp.CodeServerError, "server is shutting down")
+	return acp.Errorf(acp.CodeRetryLater, "server is shutting down")
 }
 
 // Shutdown refuses new connections and runtimes, then ends every live

@@ -102,6 +102,10 @@ func TestEndSessionRaces(t *testing.T) {
 			})
 		})
 		<-promptStarted
+		// Let the prompt register, so every ender races a running turn.
+		for deadline := time.Now().Add(5 * time.Second); m.Snapshot().InflightPrompts != 1 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
 		for range 3 {
 			wg.Go(func() { m.EndSession(id, ReasonClosed) })
 		}

@@ -89,6 +89,7 @@ type Handler struct {
 	serving  int // connections between admission and return, upgrades included
 	shutdown bool
 	wg       sync.WaitGroup // one per served connection
+	bg       sync.WaitGroup // Shutdown's waiter
 }
 
 // New returns a Handler.
@@ -287,13 +288,20 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 	}
 	closers.Wait()
 	done := make(chan struct{})
-	go func() { h.wg.Wait(); close(done) }()
+	h.bg.Go(func() { h.wg.Wait(); close(done) })
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return ctx.Err() // Wait joins what is still ending
 	}
+}
+
+// Wait joins every connection handler, including those still ending after
+// Shutdown's deadline.
+func (h *Handler) Wait() {
+	h.wg.Wait()
+	h.bg.Wait()
 }
 
 // Connections is the number of open WebSocket connections.

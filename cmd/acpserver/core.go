@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/acpserver/acpserver/mcpctx"
 	"github.com/acpserver/acpserver/sessionmgr"
@@ -57,13 +58,28 @@ func newCore(ctx context.Context, cfg *serveConfig, log *slog.Logger, localClien
 // shutdown stops idle sweeps, then ends every runtime (reason shutdown)
 // within ctx.
 func (c *core) shutdown(ctx context.Context) error {
-	c.stopSweeper()
-	return c.mgr.Shutdown(ctx)
+	err := c.mgr.Shutdown(ctx) // refuses new work at once
+	c.stopSweeper()            // a sweep under way ends its runtimes in parallel
+	return err
 }
 
+// endGrace is how long close waits for runtimes still ending after the
+// shutdown deadline: long enough for one bounded MCP close, so child
+// process groups still get their SIGKILL and upstreams their DELETE.
+const endGrace = 6 * time.Second
+
 // close releases the process-wide parts once every session has ended.
-func (c *core) close() {
+func (c *core) close(log *slog.Logger) {
 	c.stopSweeper()
+	done := make(chan struct{})
+	go func() { c.mgr.Wait(); close(done) }() // joined below, or abandoned at exit
+	t := time.NewTimer(endGrace)
+	select {
+	case <-done:
+	case <-t.C:
+		log.Warn("runtimes still ending at exit", "grace", endGrace)
+	}
+	t.Stop()
 	c.pool.Close()
 	c.closeAgent()
 }

@@ -24,8 +24,8 @@ type limitFlags struct {
 func registerLimitFlags(fs *flag.FlagSet, f *limitFlags) {
 	fs.DurationVar(&f.idleTTL, "session-idle-ttl", 30*time.Minute, "end a session runtime unused this long (its record stays; the next prompt rebuilds it); 0 disables")
 	fs.IntVar(&f.maxConnections, "max-connections", 1000, "open WebSocket connections in total; past it upgrades get 503 with Retry-After (0: no limit)")
-	fs.IntVar(&f.maxSessions, "max-sessions", 10000, "live session runtimes in total; past it session/new, load and resume fail with -32000 (0: no limit)")
-	fs.IntVar(&f.maxSessionsPerConn, "max-sessions-per-connection", 100, "live session runtimes per connection; past it session/new, load and resume fail with -32000 (0: no limit)")
+	fs.IntVar(&f.maxSessions, "max-sessions", 10000, "live session runtimes in total; past it session/new, load and resume fail with -32010 (0: no limit)")
+	fs.IntVar(&f.maxSessionsPerConn, "max-sessions-per-connection", 100, "live session runtimes per connection; past it session/new, load and resume fail with -32010 (0: no limit)")
 	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "file holding the bearer token clients must send on the upgrade (Authorization: Bearer TOKEN); empty: no token")
 }
 

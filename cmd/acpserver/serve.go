@@ -127,7 +127,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer core.close() // after every session has ended
+	defer core.close(log) // after every session has ended
 	mgr := core.mgr
 	pingInterval := cfg.pingInterval
 	if pingInterval == 0 {
@@ -183,9 +183,11 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
+	var failed error
 	select {
 	case err := <-serveErr:
-		return fmt.Errorf("serve: %w", err)
+		failed = fmt.Errorf("serve: %w", err) // still end every session below
+		serveErr <- nil
 	case <-ctx.Done():
 	}
 
@@ -205,7 +207,10 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	<-serveErr
 	if err := errors.Join(mgrErr, wsErr); err != nil {
 		log.Warn("shutdown deadline passed with work still ending", "error", err, "took", time.Since(start))
-		return nil
+		return failed
+	}
+	if failed != nil {
+		return failed
 	}
 	snap := mgr.Snapshot()
 	log.Info("shutdown complete", "took", time.Since(start).Round(time.Millisecond), "ended_shutdown", snap.Ended[sessionmgr.ReasonShutdown])

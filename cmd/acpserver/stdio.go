@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 
 	"github.com/google/uuid"
 
@@ -42,7 +43,7 @@ func serveStdio(ctx context.Context, cfg *serveConfig, stdin io.Reader, stdout i
 	if err != nil {
 		return err
 	}
-	defer core.close()
+	defer core.close(log)
 	mgr := core.mgr
 	id := uuid.NewString()
 	clog := log.With("connection_id", id)
@@ -58,11 +59,27 @@ func serveStdio(ctx context.Context, cfg *serveConfig, stdin io.Reader, stdout i
 		return err
 	}
 	clog.Info("stdio connection opened", "version", version)
+	// A signal ends the runtimes as a shutdown (not a disconnect), then
+	// the connection.
+	served := make(chan struct{})
+	var watcher sync.WaitGroup
+	watcher.Go(func() {
+		select {
+		case <-ctx.Done():
+			sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+			defer cancel()
+			_ = core.shutdown(sctx)
+			conn.Close()
+		case <-served:
+		}
+	})
 	cause := func() error {
 		// The on-disconnect hook runs on every way out.
 		defer client.Disconnect()
-		return conn.Serve(ctx, client)
+		return conn.Serve(context.Background(), client)
 	}()
+	close(served)
+	watcher.Wait()
 
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 	defer cancel()
