@@ -517,16 +517,20 @@ func countReason(logs, reason string) int {
 	return n
 }
 
-// followUps returns the notifications the server sent for sid after the
-// last response (such as MCP start failures reported after session/new):
-// it sends a session/list and collects what arrives before its answer.
-func (c *client) followUps(sid string) []message {
+// followUps reads the want notifications the server sends for sid after a
+// response (such as MCP start failures reported after session/new).
+func (c *client) followUps(sid string, want int) []message {
 	c.t.Helper()
-	_, before := c.await(c.send("session/list", map[string]any{}))
-	for _, m := range before {
-		if id, _, _ := m.update(); id != sid {
-			c.t.Fatalf("follow-up update for session %q, want %q", id, sid)
+	var got []message
+	for len(got) < want {
+		m, err := c.read(10 * time.Second)
+		if err != nil {
+			c.t.Fatalf("after %d of %d follow-ups: %v", len(got), want, err)
 		}
+		if id, _, _ := m.update(); m.Method != "session/update" || id != sid {
+			c.t.Fatalf("unexpected message while reading follow-ups for %q: %+v", sid, m)
+		}
+		got = append(got, m)
 	}
-	return before
+	return got
 }

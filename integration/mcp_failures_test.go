@@ -19,7 +19,7 @@ func TestMCPBlackholedUpstream(t *testing.T) {
 	start := time.Now()
 	var r struct{ SessionID string }
 	c.mustCall("session/new", map[string]any{"cwd": "/tmp", "mcpServers": []any{httpServerEntry("hole", hole)}}, &r)
-	before := c.followUps(r.SessionID)
+	before := c.followUps(r.SessionID, 1)
 	if took := time.Since(start); took > 5*time.Second {
 		t.Fatalf("session/new took %s with a 1s start bound", took)
 	}
@@ -84,7 +84,7 @@ func TestMCPStartFailures(t *testing.T) {
 		httpServerEntry("hole", hole+"?key="+secret, "X-Api-Key", secret),
 		httpServerEntry("up", up.url(), "Authorization", "Bearer "+secret),
 	}}, &r)
-	before := c.followUps(r.SessionID)
+	before := c.followUps(r.SessionID, 4)
 	txt := agentText(before)
 	for _, want := range []string{`"crashes"`, "failing on purpose", `"missing"`, `"refused"`, `"hole"`} {
 		if !strings.Contains(txt, want) {
@@ -142,7 +142,11 @@ func TestMCPStdioPolicy(t *testing.T) {
 			marker := randHex()
 			var r struct{ SessionID string }
 			c.mustCall("session/new", map[string]any{"cwd": "/tmp", "mcpServers": []any{stdioServer(t, "local", marker)}}, &r)
-			before := c.followUps(r.SessionID)
+			wantReports := 0
+			if tc.refused != "" {
+				wantReports = 1
+			}
+			before := c.followUps(r.SessionID, wantReports)
 			txt := agentText(before)
 			if tc.refused == "" {
 				if txt != "" {
