@@ -8,11 +8,11 @@ import (
 	"net"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/acpserver/acpserver/acp"
+	"github.com/acpserver/acpserver/internal/cutproxy"
 	"github.com/acpserver/acpserver/sessionmgr"
 	"github.com/acpserver/acpserver/wsconn"
 )
@@ -61,69 +61,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
-
-// proxy is a loopback TCP proxy whose connections the test can cut, like a
-// network link that drops.
-type proxy struct {
-	ln       net.Listener
-	target   string
-	mu       sync.Mutex
-	conns    []net.Conn
-	accepted int
-	wg       sync.WaitGroup
-}
-
-func (p *proxy) accepts() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.accepted
-}
-
-func startProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, target: target}
-	p.wg.Go(p.accept)
-	t.Cleanup(func() { ln.Close(); p.cut(); p.wg.Wait() })
-	return p
-}
-
-func (p *proxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.accepted++
-		p.conns = append(p.conns, c, up)
-		p.mu.Unlock()
-		p.wg.Go(func() { io.Copy(up, c); up.Close() })
-		p.wg.Go(func() { io.Copy(c, up); c.Close() })
-	}
-}
-
-// cut closes every proxied connection at once, both sides, with no
-// WebSocket close frame.
-func (p *proxy) cut() {
-	p.mu.Lock()
-	conns := p.conns
-	p.conns = nil
-	p.mu.Unlock()
-	for _, c := range conns {
-		c.Close()
-	}
-}
-
-func (p *proxy) url() string { return "ws://" + p.ln.Addr().String() + "/acp" }
 
 // ide is the IDE's end of the bridge's stdio.
 type ide struct {
@@ -245,8 +182,8 @@ func echoed(ms []msg) string {
 
 func TestBridgeSurvivesLinkLoss(t *testing.T) {
 	s := startServer(t)
-	p := startProxy(t, s.srv.Listener.Addr().String())
-	c := startBridge(t, Options{URL: p.url()})
+	p := cutproxy.Start(t, s.srv.Listener.Addr().String())
+	c := startBridge(t, Options{URL: "ws://" + p.Addr() + "/acp"})
 
 	resp, _ := c.call("initialize", map[string]any{"protocolVersion": 1, "clientCapabilities": map[string]any{}})
 	if resp.Error != nil {
@@ -269,7 +206,7 @@ func TestBridgeSurvivesLinkLoss(t *testing.T) {
 	if m := c.read(); m.Method != "session/update" {
 		t.Fatalf("want the turn's first update, got %+v", m)
 	}
-	p.cut()
+	p.Cut()
 	resp, _ = c.await(id)
 	if resp.Error == nil || resp.Error.Code != CodeLinkLost || !strings.Contains(resp.Error.Message, "prompt") {
 		t.Fatalf("prompt in flight at the cut: %+v", resp)
@@ -297,10 +234,10 @@ func TestBridgeSurvivesLinkLoss(t *testing.T) {
 	if resp, _ := c.call("session/close", map[string]any{"sessionId": sid}); resp.Error != nil {
 		t.Fatalf("close: %+v", resp)
 	}
-	p.cut()
+	p.Cut()
 	waitFor(t, "reconnected with no sessions", func() bool {
 		sn := s.mgr.Snapshot()
-		return p.accepts() == 3 && sn.Connections == 1 && sn.Sessions == 0
+		return p.Accepts() == 3 && sn.Connections == 1 && sn.Sessions == 0
 	})
 	resp, _ = c.call("session/list", map[string]any{})
 	if resp.Error != nil {

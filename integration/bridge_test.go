@@ -1,75 +1,15 @@
 package integration
 
 import (
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/acpserver/acpserver/internal/cutproxy"
 )
-
-// cutProxy is a loopback TCP proxy between the bridge and the server whose
-// connections the test cuts, like a network link that drops.
-type cutProxy struct {
-	ln       net.Listener
-	target   string
-	mu       sync.Mutex
-	conns    []net.Conn
-	accepted int
-	wg       sync.WaitGroup
-}
-
-func startCutProxy(t testing.TB, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target}
-	p.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.accepted++
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			p.wg.Go(func() { io.Copy(up, c); up.Close() })
-			p.wg.Go(func() { io.Copy(c, up); c.Close() })
-		}
-	})
-	t.Cleanup(func() { ln.Close(); p.cut(); p.wg.Wait() })
-	return p
-}
-
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	conns := p.conns
-	p.conns = nil
-	p.mu.Unlock()
-	for _, c := range conns {
-		c.Close()
-	}
-}
-
-func (p *cutProxy) accepts() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.accepted
-}
-
-func (p *cutProxy) url() string { return "ws://" + p.ln.Addr().String() + "/acp" }
 
 // sockets counts the open sockets of a process (Linux /proc).
 func sockets(t testing.TB, pid int) int {
@@ -103,8 +43,8 @@ func waitUntil(t testing.TB, within time.Duration, what string, cond func() bool
 // real server behind a proxy that cuts the TCP connection mid-session.
 func TestBridgeLinkLoss(t *testing.T) {
 	s := startServer(t)
-	px := startCutProxy(t, s.addr)
-	b := startLineProc(t, "bridge", "--log-format", "json", "--log-level", "debug", "--max-backoff", "200ms", "--outage-wait", "20s", px.url())
+	px := cutproxy.Start(t, s.addr)
+	b := startLineProc(t, "bridge", "--log-format", "json", "--log-level", "debug", "--max-backoff", "200ms", "--outage-wait", "20s", "ws://"+px.Addr()+"/acp")
 
 	var init struct {
 		ProtocolVersion int `json:"protocolVersion"`
@@ -125,7 +65,7 @@ func TestBridgeLinkLoss(t *testing.T) {
 		if m := b.read(); m.Method != "session/update" {
 			t.Fatalf("round %d: want the turn's first update, got %+v", round, m)
 		}
-		px.cut()
+		px.Cut()
 		resp, _ := b.await(id)
 		if resp.Error == nil || !strings.Contains(resp.Error.Message, "connection to the agent server was lost") {
 			t.Fatalf("round %d: prompt in flight at the cut: %+v", round, resp)
@@ -141,8 +81,8 @@ func TestBridgeLinkLoss(t *testing.T) {
 				t.Fatalf("round %d: unexpected message to the IDE: %+v", round, m)
 			}
 		}
-		if px.accepts() != round+1 {
-			t.Fatalf("round %d: %d connections made", round, px.accepts())
+		if px.Accepts() != round+1 {
+			t.Fatalf("round %d: %d connections made", round, px.Accepts())
 		}
 		// The server never runs the session on the dead connection: one
 		// connection, one runtime.
