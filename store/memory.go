@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -56,8 +57,26 @@ func (m *Memory) Get(_ context.Context, id string) (Record, error) {
 	return r.Record, nil
 }
 
-// List pages by (seq) descending; the cursor encodes the last seq seen.
+// List pages newest-updated first.
 func (m *Memory) List(_ context.Context, opts ListOptions) ([]Record, string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	all := make([]sequenced, 0, len(m.recs))
+	for _, r := range m.recs {
+		all = append(all, sequenced{r.Record, r.seq})
+	}
+	return page(all, opts)
+}
+
+// sequenced is a record with the order of its last update.
+type sequenced struct {
+	Record
+	seq uint64
+}
+
+// page filters, orders (seq descending) and pages records; the cursor
+// encodes the last seq seen.
+func page(all []sequenced, opts ListOptions) ([]Record, string, error) {
 	limit := opts.Limit
 	if limit <= 0 {
 		limit = 50
@@ -73,39 +92,27 @@ func (m *Memory) List(_ context.Context, opts ListOptions) ([]Record, string, er
 			return nil, "", fmt.Errorf("store: malformed cursor")
 		}
 	}
-	m.mu.Lock()
-	all := make([]*memRec, 0, len(m.recs))
-	for _, r := range m.recs {
+	kept := all[:0]
+	for _, r := range all {
 		if opts.Cwd != "" && r.Cwd != opts.Cwd {
 			continue
 		}
 		if after != 0 && r.seq >= after {
 			continue
 		}
-		all = append(all, r)
+		kept = append(kept, r)
 	}
-	slices.SortFunc(all, func(a, b *memRec) int { return -cmpU(a.seq, b.seq) })
+	slices.SortFunc(kept, func(a, b sequenced) int { return cmp.Compare(b.seq, a.seq) })
 	var out []Record
 	next := ""
-	for i, r := range all {
+	for i, r := range kept {
 		if i == limit {
-			next = base64.RawURLEncoding.EncodeToString([]byte("seq:" + strconv.FormatUint(all[i-1].seq, 10)))
+			next = base64.RawURLEncoding.EncodeToString([]byte("seq:" + strconv.FormatUint(kept[i-1].seq, 10)))
 			break
 		}
 		out = append(out, r.Record)
 	}
-	m.mu.Unlock()
 	return out, next, nil
-}
-
-func cmpU(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (m *Memory) Delete(_ context.Context, id string) error {

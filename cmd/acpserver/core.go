@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/acpserver/acpserver/mcpctx"
 	"github.com/acpserver/acpserver/sessionmgr"
+	"github.com/acpserver/acpserver/store"
 )
 
 // core is what every front end (the WebSocket server, stdio mode) shares:
@@ -28,12 +30,23 @@ func newCore(ctx context.Context, cfg *serveConfig, log *slog.Logger, localClien
 	if err != nil {
 		return nil, err
 	}
+	var st store.Store // nil: in memory
+	if cfg.dataDir != "" {
+		fst, err := store.OpenFile(cfg.dataDir)
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("--data-dir (%s): %w", envName("data-dir"), err)
+		}
+		st = fst
+		log.Info("session store on disk", "dir", cfg.dataDir)
+	}
 	ag, closeAgent, err := cfg.agent.newAgent(log)
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
 	mgr := sessionmgr.New(sessionmgr.Options{
+		Store:              st,
 		Agent:              ag,
 		MCP:                mcpOpts,
 		Logger:             log,

@@ -38,6 +38,7 @@ type serveConfig struct {
 	mcp              mcpFlags
 	agent            agentFlags
 	limits           limitFlags
+	dataDir          string
 }
 
 // stringList is a repeatable, comma-separated flag.
@@ -74,6 +75,7 @@ func parseServeFlags(name string, args []string, stderr io.Writer) (*serveConfig
 	registerMCPFlags(fs, &c.mcp)
 	registerAgentFlags(fs, &c.agent)
 	registerLimitFlags(fs, &c.limits)
+	fs.StringVar(&c.dataDir, "data-dir", "", "directory where session records and history persist across restarts (empty: in memory, lost at exit)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
