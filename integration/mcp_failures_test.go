@@ -250,3 +250,30 @@ func TestMCPGlobalServers(t *testing.T) {
 	s.stop(t)
 	up.waitBalanced(t, 5*time.Second)
 }
+
+// A session's own server that adds a tool (tools/list_changed) refreshes
+// that session's toolset while the session runs.
+func TestMCPSessionToolsetRefresh(t *testing.T) {
+	up := startUpstream(t, "R")
+	s := startServer(t)
+	c := dial(t, s)
+	c.initialize()
+	sid := c.newSession("/tmp", httpServerEntry("mine", up.url()))
+	if _, ups := c.prompt(sid, "/tools"); strings.Contains(agentText(ups), "mine/late") {
+		t.Fatalf("tool listed before it exists: %q", agentText(ups))
+	}
+	addTool(up, "late")
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		_, ups := c.prompt(sid, "/tools")
+		if strings.Contains(agentText(ups), "mine/late") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tools/list_changed did not refresh the session's toolset: %q", agentText(ups))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.close()
+	s.waitIdle(t, 5*time.Second)
+	up.waitBalanced(t, 5*time.Second)
+}
