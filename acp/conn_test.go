@@ -31,6 +31,11 @@ func newPipe() (a, b *pipe) {
 }
 
 func (p *pipe) Read(ctx context.Context) ([]byte, error) {
+	select { // what was sent before the close is still delivered
+	case b := <-p.in:
+		return b, nil
+	default:
+	}
 	select {
 	case b := <-p.in:
 		return b, nil

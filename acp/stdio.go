@@ -35,8 +35,11 @@ type StdioOptions struct {
 // once. A goroutine owned by the transport reads r; it ends when r returns
 // an error, which Close provokes when r is an io.Closer (a pipe). A plain
 // blocking reader such as os.Stdin keeps it until EOF or process exit.
-// Write runs on the caller's goroutine and cannot be interrupted once the
-// writer blocks.
+// A second goroutine owned by the transport writes w, so a Write whose
+// context ends returns even when the writer blocks (a peer that stopped
+// reading); Close provokes its end when w is an io.Closer that unblocks
+// writes (a pipe). On a plain blocking file it keeps it until the write
+// returns or the process exits.
 type StdioTransport struct {
 	r   io.Reader
 	w   io.Writer
@@ -46,11 +49,17 @@ type StdioTransport struct {
 	lines     chan lineOrErr
 	readerEnd chan struct{}
 
-	wmu  sync.Mutex
-	wbuf bytes.Buffer
+	startWrite sync.Once
+	writes     chan writeReq
+	writerEnd  chan struct{}
 
 	closeOnce sync.Once
 	closed    chan struct{}
+}
+
+type writeReq struct {
+	b   []byte
+	res chan error // buffered 1: a result nobody waits for is dropped
 }
 
 type lineOrErr struct {
@@ -68,6 +77,8 @@ func NewStdioTransport(r io.Reader, w io.Writer, opts *StdioOptions) *StdioTrans
 		r: r, w: w, max: max,
 		lines:     make(chan lineOrErr),
 		readerEnd: make(chan struct{}),
+		writes:    make(chan writeReq),
+		writerEnd: make(chan struct{}),
 		closed:    make(chan struct{}),
 	}
 }
@@ -135,7 +146,8 @@ func (t *StdioTransport) readLine(br *bufio.Reader) ([]byte, error) {
 }
 
 // Write writes msg and a newline in one call. A message with raw newlines
-// (pretty-printed JSON) is compacted first so it stays one line.
+// (pretty-printed JSON) is compacted first so it stays one line. It returns
+// when ctx ends even if the write is stuck.
 func (t *StdioTransport) Write(ctx context.Context, msg []byte) error {
 	select {
 	case <-t.closed:
@@ -145,19 +157,45 @@ func (t *StdioTransport) Write(ctx context.Context, msg []byte) error {
 	if err := ctx.Err(); err != nil {
 		return context.Cause(ctx)
 	}
-	t.wmu.Lock()
-	defer t.wmu.Unlock()
-	t.wbuf.Reset()
+	var buf bytes.Buffer
 	if bytes.IndexByte(msg, '\n') >= 0 {
-		if err := json.Compact(&t.wbuf, msg); err != nil {
+		if err := json.Compact(&buf, msg); err != nil {
 			return fmt.Errorf("acp: stdio message with a newline is not valid JSON: %w", err)
 		}
 	} else {
-		t.wbuf.Write(msg)
+		buf.Write(msg)
 	}
-	t.wbuf.WriteByte('\n')
-	_, err := t.w.Write(t.wbuf.Bytes())
-	return err
+	buf.WriteByte('\n')
+	t.startWrite.Do(func() { go t.writeLoop() })
+	req := writeReq{b: buf.Bytes(), res: make(chan error, 1)}
+	select {
+	case t.writes <- req:
+	case <-t.closed:
+		return ErrClosed
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	select {
+	case err := <-req.res:
+		return err
+	case <-t.closed:
+		return ErrClosed
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func (t *StdioTransport) writeLoop() {
+	defer close(t.writerEnd)
+	for {
+		select {
+		case req := <-t.writes:
+			_, err := t.w.Write(req.b)
+			req.res <- err
+		case <-t.closed:
+			return
+		}
+	}
 }
 
 // Close unblocks Read and closes the reader and writer when they are
@@ -166,7 +204,8 @@ func (t *StdioTransport) Close() error {
 	var err error
 	t.closeOnce.Do(func() {
 		close(t.closed)
-		t.startRead.Do(func() { close(t.readerEnd) }) // never started
+		t.startRead.Do(func() { close(t.readerEnd) })  // never started
+		t.startWrite.Do(func() { close(t.writerEnd) }) // never started
 		if c, ok := t.r.(io.Closer); ok {
 			err = c.Close()
 		}
@@ -176,6 +215,10 @@ func (t *StdioTransport) Close() error {
 	})
 	return err
 }
+
+// WriterDone is closed once the writing goroutine has returned, or at
+// Close when it never started.
+func (t *StdioTransport) WriterDone() <-chan struct{} { return t.writerEnd }
 
 // ReaderDone is closed once the reading goroutine has returned, or at
 // Close when it never started. Owners use it to join the goroutine.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestStdioTransportFraming(t *testing.T) {
@@ -89,5 +90,21 @@ func TestStdioServe(t *testing.T) {
 	if err := <-done; !errors.Is(err, io.EOF) {
 		t.Fatalf("Serve ended with %v, want io.EOF", err)
 	}
+	<-tr.ReaderDone()
+}
+
+// TestStdioWriteToAPeerThatStoppedReading: a Write stuck on a pipe nobody
+// reads returns when its context ends, and Close ends the writer.
+func TestStdioWriteToAPeerThatStoppedReading(t *testing.T) {
+	pr, pw := io.Pipe()
+	defer pr.Close()
+	tr := NewStdioTransport(strings.NewReader(""), pw, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := tr.Write(ctx, []byte(`{"stuck":true}`)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("stuck write returned %v", err)
+	}
+	tr.Close()
+	<-tr.WriterDone()
 	<-tr.ReaderDone()
 }
