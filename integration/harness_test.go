@@ -245,11 +245,42 @@ func (m message) update() (sessionID, kind string, upd map[string]any) {
 	return p.SessionID, k, p.Update
 }
 
-// client is a raw ACP client over a real WebSocket: it reads every frame
-// itself, so tests see the exact order in which messages arrive.
+// wire moves whole JSON-RPC messages for a test client: WebSocket text
+// frames, or the stdio lines of a child process.
+type wire interface {
+	writeMsg(b []byte) error
+	readMsg(within time.Duration) ([]byte, error)
+}
+
+// wsWire is a client's WebSocket.
+type wsWire struct{ ws *websocket.Conn }
+
+func (w wsWire) writeMsg(b []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return w.ws.Write(ctx, websocket.MessageText, b)
+}
+
+func (w wsWire) readMsg(within time.Duration) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	for {
+		typ, b, err := w.ws.Read(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if typ == websocket.MessageText {
+			return b, nil
+		}
+	}
+}
+
+// client is a raw ACP client: it reads every message itself, so tests see
+// the exact order in which messages arrive.
 type client struct {
 	t      testing.TB
-	ws     *websocket.Conn
+	w      wire
+	ws     *websocket.Conn // for WebSocket clients
 	raw    net.Conn
 	connID string
 	nextID int
@@ -295,6 +326,7 @@ func dialErr(url string, header http.Header) (*client, error) {
 	}
 	ws.SetReadLimit(64 << 20)
 	c.ws = ws
+	c.w = wsWire{ws}
 	c.connID = resp.Header.Get("Acp-Connection-Id")
 	return c, nil
 }
@@ -324,9 +356,7 @@ func (c *client) kill() {
 
 func (c *client) sendText(s string) {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.ws.Write(ctx, websocket.MessageText, []byte(s)); err != nil {
+	if err := c.w.writeMsg([]byte(s)); err != nil {
 		c.t.Fatalf("write: %v", err)
 	}
 }
@@ -355,22 +385,15 @@ func (c *client) notify(method string, params any) {
 
 // read returns the next message, or an error (a close, a timeout).
 func (c *client) read(within time.Duration) (message, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	for {
-		typ, b, err := c.ws.Read(ctx)
-		if err != nil {
-			return message{}, err
-		}
-		if typ != websocket.MessageText {
-			continue
-		}
-		var m message
-		if err := json.Unmarshal(b, &m); err != nil {
-			return message{}, fmt.Errorf("undecodable frame %q: %w", b, err)
-		}
-		return m, nil
+	b, err := c.w.readMsg(within)
+	if err != nil {
+		return message{}, err
 	}
+	var m message
+	if err := json.Unmarshal(b, &m); err != nil {
+		return message{}, fmt.Errorf("undecodable message %q: %w", b, err)
+	}
+	return m, nil
 }
 
 // await reads until the response to id arrives, answering server requests

@@ -14,14 +14,14 @@ import (
 // lineProc is a child process spoken to in newline-delimited JSON-RPC on
 // its stdin/stdout (acpserver stdio, or acpserver bridge as an IDE sees it).
 type lineProc struct {
-	t      testing.TB
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan message
-	raw    chan string // every stdout line, for the "stdout is only JSON" check
-	stderr *logBuffer
-	exited chan struct{}
-	nextID int
+	*client // send, notify, await, mustCall over lineWire
+	t       testing.TB
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	lines   chan string
+	raw     chan string // every stdout line, for the "stdout is only JSON" check
+	stderr  *logBuffer
+	exited  chan struct{}
 }
 
 func startLineProc(t testing.TB, args ...string) *lineProc {
@@ -35,8 +35,10 @@ func startLineProc(t testing.TB, args ...string) *lineProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &lineProc{t: t, cmd: cmd, stdin: stdin, lines: make(chan message, 1024), raw: make(chan string, 1024),
+	p := &lineProc{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 1024), raw: make(chan string, 1024),
 		stderr: &logBuffer{addr: make(chan string, 1)}, exited: make(chan struct{})}
+	p.client = &client{t: t}
+	p.client.w = lineWire{p}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -52,11 +54,7 @@ func startLineProc(t testing.TB, args ...string) *lineProc {
 			case p.raw <- line:
 			default: // only the first lines are checked
 			}
-			var m message
-			if err := json.Unmarshal([]byte(line), &m); err != nil {
-				m = message{Method: "!bad-line: " + line}
-			}
-			p.lines <- m
+			p.lines <- line
 		}
 		close(p.lines)
 	}()
@@ -77,71 +75,37 @@ func startLineProc(t testing.TB, args ...string) *lineProc {
 	return p
 }
 
-func (p *lineProc) sendJSON(v any) {
-	p.t.Helper()
-	b, _ := json.Marshal(v)
-	if _, err := p.stdin.Write(append(b, '\n')); err != nil {
-		p.t.Fatalf("write to stdin: %v", err)
+// lineWire is the child's stdin and its stdout lines.
+type lineWire struct{ p *lineProc }
+
+func (w lineWire) writeMsg(b []byte) error {
+	_, err := w.p.stdin.Write(append(b, '\n'))
+	return err
+}
+
+func (w lineWire) readMsg(within time.Duration) ([]byte, error) {
+	select {
+	case line, ok := <-w.p.lines:
+		if !ok {
+			return nil, fmt.Errorf("stdout closed\n%s", w.p.stderr.String())
+		}
+		if !json.Valid([]byte(line)) {
+			return nil, fmt.Errorf("stdout carried a non-JSON line: %s", line)
+		}
+		return []byte(line), nil
+	case <-time.After(within):
+		return nil, fmt.Errorf("no message in %s\n%s", within, w.p.stderr.String())
 	}
 }
 
-func (p *lineProc) send(method string, params any) int {
-	p.t.Helper()
-	p.nextID++
-	p.sendJSON(map[string]any{"jsonrpc": "2.0", "id": p.nextID, "method": method, "params": params})
-	return p.nextID
-}
-
-func (p *lineProc) notify(method string, params any) {
-	p.t.Helper()
-	p.sendJSON(map[string]any{"jsonrpc": "2.0", "method": method, "params": params})
-}
-
+// read returns the next message, failing the test on anything else.
 func (p *lineProc) read() message {
 	p.t.Helper()
-	select {
-	case m, ok := <-p.lines:
-		if !ok {
-			p.t.Fatalf("stdout closed\n%s", p.stderr.String())
-		}
-		if strings.HasPrefix(m.Method, "!bad-line") {
-			p.t.Fatalf("stdout carried a non-JSON line: %s", m.Method)
-		}
-		return m
-	case <-time.After(30 * time.Second):
-		p.t.Fatalf("no message in 30s\n%s", p.stderr.String())
+	m, err := p.client.read(30 * time.Second)
+	if err != nil {
+		p.t.Fatal(err)
 	}
-	return message{}
-}
-
-func (p *lineProc) await(id int) (message, []message) {
-	p.t.Helper()
-	want := fmt.Sprint(id)
-	var before []message
-	for {
-		m := p.read()
-		if m.Method == "" && string(m.ID) == want {
-			return m, before
-		}
-		if m.Method == "" {
-			p.t.Fatalf("unexpected response %s while waiting for %d: %+v", m.ID, id, m)
-		}
-		before = append(before, m)
-	}
-}
-
-func (p *lineProc) mustCall(method string, params, result any) []message {
-	p.t.Helper()
-	resp, before := p.await(p.send(method, params))
-	if resp.Error != nil {
-		p.t.Fatalf("%s: %v", method, resp.Error)
-	}
-	if result != nil {
-		if err := json.Unmarshal(resp.Result, result); err != nil {
-			p.t.Fatalf("%s: decode %s: %v", method, resp.Result, err)
-		}
-	}
-	return before
+	return m
 }
 
 // closeStdin ends the IDE's side and returns the exit code.
