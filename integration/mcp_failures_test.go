@@ -235,17 +235,7 @@ func TestMCPGlobalServers(t *testing.T) {
 	c := dial(t, s)
 	c.initialize()
 	sid := c.newSession("/tmp")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, ups := c.prompt(sid, "/tools")
-		if strings.Contains(agentText(ups), "glob/added") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tools/list_changed did not refresh the global toolset: %q", agentText(ups))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitForTool(t, c, sid, "glob/added")
 	c.close()
 	s.stop(t)
 	up.waitBalanced(t, 5*time.Second)
@@ -263,17 +253,24 @@ func TestMCPSessionToolsetRefresh(t *testing.T) {
 		t.Fatalf("tool listed before it exists: %q", agentText(ups))
 	}
 	addTool(up, "late")
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		_, ups := c.prompt(sid, "/tools")
-		if strings.Contains(agentText(ups), "mine/late") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tools/list_changed did not refresh the session's toolset: %q", agentText(ups))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitForTool(t, c, sid, "mine/late")
 	c.close()
 	s.waitIdle(t, 5*time.Second)
 	up.waitBalanced(t, 5*time.Second)
+}
+
+// waitForTool polls /tools until the session lists tool (a refresh after
+// tools/list_changed), failing after 10s.
+func waitForTool(t *testing.T, c *client, sid, tool string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		_, ups := c.prompt(sid, "/tools")
+		if strings.Contains(agentText(ups), tool) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tools/list_changed did not bring %s into the toolset: %q", tool, agentText(ups))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
