@@ -49,17 +49,25 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return 2
 		}
 	}
-	cfg, err := parseServeFlags("acpserver", args, stderr)
+	return runWithConfig("acpserver", args, stderr, "server failed", func(cfg *serveConfig, log *slog.Logger) error {
+		return serve(ctx, cfg, log)
+	})
+}
+
+// runWithConfig parses the shared flags and runs body with them: exit code
+// 0 on a clean end, 2 on bad flags, 1 when body fails.
+func runWithConfig(name string, args []string, stderr io.Writer, failure string, body func(*serveConfig, *slog.Logger) error) int {
+	cfg, err := parseServeFlags(name, args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "acpserver: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
 	log := newLogger(stderr, cfg.logFormat, cfg.logLevel)
-	if err := serve(ctx, cfg, log); err != nil {
-		log.Error("server failed", "error", err)
+	if err := body(cfg, log); err != nil {
+		log.Error(failure, "error", err)
 		return 1
 	}
 	return 0

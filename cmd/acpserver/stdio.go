@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -18,20 +16,9 @@ import (
 // runStdio is the stdio subcommand: exit code 0 on a clean end (stdin EOF
 // or a signal), 2 on bad flags, 1 when the connection failed.
 func runStdio(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	cfg, err := parseServeFlags("acpserver stdio", args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "acpserver stdio: %v\n", err)
-		return 2
-	}
-	log := newLogger(stderr, cfg.logFormat, cfg.logLevel)
-	if err := serveStdio(ctx, cfg, stdin, stdout, log); err != nil {
-		log.Error("stdio connection failed", "error", err)
-		return 1
-	}
-	return 0
+	return runWithConfig("acpserver stdio", args, stderr, "stdio connection failed", func(cfg *serveConfig, log *slog.Logger) error {
+		return serveStdio(ctx, cfg, stdin, stdout, log)
+	})
 }
 
 // serveStdio serves one ACP connection on stdin/stdout with the same peer
