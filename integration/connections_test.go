@@ -19,10 +19,7 @@ func TestAbruptDisconnect(t *testing.T) {
 	for range 3 {
 		ids = append(ids, c.newSession("/tmp/p"))
 	}
-	c.send("session/prompt", textPrompt(ids[0], "/sleep 30s"))
-	if m, err := c.read(5 * time.Second); err != nil || m.Method != "session/update" {
-		t.Fatalf("prompt did not start: %v %v", m, err)
-	}
+	c.startHeldPrompt(ids[0])
 	c.kill()
 	sn := s.waitIdle(t, time.Second)
 	if sn.Ended["disconnected"] != 3 {
@@ -95,10 +92,7 @@ func TestSupersedeRunningPrompt(t *testing.T) {
 	c1 := dial(t, s)
 	c1.initialize()
 	sid := c1.newSession("/tmp/p")
-	pid := c1.send("session/prompt", textPrompt(sid, "/sleep 30s"))
-	if m, err := c1.read(5 * time.Second); err != nil || m.Method != "session/update" {
-		t.Fatalf("prompt did not start: %v %v", m, err)
-	}
+	pid := c1.startHeldPrompt(sid)
 	c2 := dial(t, s)
 	c2.initialize()
 	c2.mustCall("session/resume", map[string]any{"sessionId": sid, "cwd": "/tmp/p", "mcpServers": []any{}}, nil)
@@ -181,10 +175,7 @@ func TestShutdownWithLiveSessions(t *testing.T) {
 		c.newSession("/tmp/p")
 	}
 	sid := c.newSession("/tmp/p")
-	c.send("session/prompt", textPrompt(sid, "/sleep 60s"))
-	if m, err := c.read(5 * time.Second); err != nil || m.Method != "session/update" {
-		t.Fatalf("prompt did not start: %v %v", m, err)
-	}
+	c.startHeldPrompt(sid)
 	elapsed, code := s.stop(t)
 	if code != 0 || elapsed > 3*time.Second+time.Second {
 		t.Fatalf("exit %d after %v", code, elapsed)

@@ -496,6 +496,34 @@ func (c *client) prompt(sid, text string) (acp.StopReason, []message) {
 	return r.StopReason, before
 }
 
+// startHeldPrompt starts a turn that holds (/sleep 60s) and returns its
+// request id once its first update shows it is running.
+func (c *client) startHeldPrompt(sid string) int {
+	c.t.Helper()
+	id := c.send("session/prompt", textPrompt(sid, "/sleep 60s"))
+	if m, err := c.read(10 * time.Second); err != nil || m.Method != "session/update" {
+		c.t.Fatalf("held prompt did not start: %+v %v", m, err)
+	}
+	return id
+}
+
+// rawUpdates returns the update payloads of the session/update
+// notifications among msgs, as sent.
+func rawUpdates(msgs []message) []json.RawMessage {
+	var out []json.RawMessage
+	for _, m := range msgs {
+		if m.Method != "session/update" {
+			continue
+		}
+		var p struct {
+			Update json.RawMessage `json:"update"`
+		}
+		_ = json.Unmarshal(m.Params, &p)
+		out = append(out, p.Update)
+	}
+	return out
+}
+
 // agentText concatenates the agent_message_chunk texts among msgs.
 func agentText(msgs []message) string {
 	var sb strings.Builder

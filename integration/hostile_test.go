@@ -255,10 +255,7 @@ func TestShutdownUnderStress(t *testing.T) {
 	busy := dial(t, s)
 	busy.initialize()
 	sid := busy.newSession("/tmp/busy", httpServerEntry("hole", hole))
-	busy.send("session/prompt", textPrompt(sid, "/sleep 60s"))
-	if m, err := busy.read(5 * time.Second); err != nil || m.Method != "session/update" {
-		t.Fatalf("prompt did not start: %+v %v", m, err)
-	}
+	busy.startHeldPrompt(sid)
 
 	stuck := dial(t, s)
 	stuck.initialize()

@@ -40,11 +40,7 @@ func TestLifecycle(t *testing.T) {
 
 	// Cancel a running turn: the response says cancelled and comes after
 	// the turn's updates.
-	id := c.send("session/prompt", textPrompt(sid, "/sleep 30s"))
-	first, err := c.read(10 * time.Second)
-	if err != nil || first.Method != "session/update" {
-		t.Fatalf("expected the turn's first update, got %+v %v", first, err)
-	}
+	id := c.startHeldPrompt(sid)
 	if sn := s.snapshot(t); sn.InflightPrompts != 1 {
 		t.Fatalf("inflight_prompts %d while a prompt runs", sn.InflightPrompts)
 	}

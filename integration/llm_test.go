@@ -100,17 +100,12 @@ func TestLLMToolCallEndToEnd(t *testing.T) {
 	if len(asked) != 1 {
 		t.Fatalf("%d permission requests, want 1", len(asked))
 	}
-	var live []json.RawMessage
+	live := rawUpdates(msgs)
 	var kinds []string
 	for _, m := range msgs {
 		if m.Method != acp.MethodSessionUpdate {
 			continue
 		}
-		var p struct {
-			Update json.RawMessage `json:"update"`
-		}
-		_ = json.Unmarshal(m.Params, &p)
-		live = append(live, p.Update)
 		_, kind, u := m.update()
 		if st, ok := u["status"].(string); ok {
 			kind += ":" + st
@@ -133,17 +128,7 @@ func TestLLMToolCallEndToEnd(t *testing.T) {
 	c2 := dial(t, s)
 	c2.initialize()
 	replay := c2.mustCall("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": servers}, nil)
-	var replayed []json.RawMessage
-	for _, m := range replay {
-		if m.Method != acp.MethodSessionUpdate {
-			continue
-		}
-		var p struct {
-			Update json.RawMessage `json:"update"`
-		}
-		_ = json.Unmarshal(m.Params, &p)
-		replayed = append(replayed, p.Update)
-	}
+	replayed := rawUpdates(replay)
 	if len(replayed) != len(live)+1 {
 		t.Fatalf("replayed %d updates, want %d (the prompt + %d)", len(replayed), len(live)+1, len(live))
 	}
